@@ -1,0 +1,70 @@
+"""The compact CIFAR-10 CNN of the robustness study (403,306 trainable parameters)."""
+
+from typing import Any, Mapping
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from advjax.layers import conv2d_same, max_pool_2x2
+from advjax.types import Array, LogitsFn
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+NUM_CLASSES = 10
+
+
+class Conv3x3(nn.Module):
+    """3x3 'SAME' convolution without bias, using the CPU-friendly `conv2d_same`."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        kernel = self.param(
+            "kernel", nn.initializers.lecun_normal(), (3, 3, x.shape[-1], self.features)
+        )
+        return conv2d_same(x, kernel.astype(x.dtype))
+
+
+class ConvBNReLU(nn.Module):
+    """Conv3x3 -> BatchNorm -> ReLU."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x: Array, train: bool) -> Array:
+        x = Conv3x3(self.features)(x)
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)(x)
+        return nn.relu(x)
+
+
+class CompactCNN(nn.Module):
+    """conv32-conv32-pool, conv64-conv64-pool, conv128-pool, dense128-dropout, dense10.
+
+    Takes NHWC pixels in [0, 1]; the CIFAR-10 mean/std normalisation happens inside, so an
+    attack's eps is always in pixel units.
+    """
+
+    num_classes: int = NUM_CLASSES
+    dropout_rate: float = 0.5
+
+    @nn.compact
+    def __call__(self, x: Array, train: bool) -> Array:
+        x = (x - jnp.asarray(CIFAR10_MEAN, x.dtype)) / jnp.asarray(CIFAR10_STD, x.dtype)
+        for features, convs in ((32, 2), (64, 2), (128, 1)):
+            for _ in range(convs):
+                x = ConvBNReLU(features)(x, train)
+            x = max_pool_2x2(x)
+        x = x.reshape(x.shape[0], -1)
+        x = nn.relu(nn.Dense(128)(x))
+        x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
+        return nn.Dense(self.num_classes)(x)
+
+
+def eval_logits_fn(model: nn.Module, variables: Mapping[str, Any]) -> LogitsFn:
+    """A pure eval-mode `logits_fn(x) -> logits` (running batch statistics, no dropout)."""
+
+    def logits_fn(x: Array) -> Array:
+        return model.apply(variables, x, train=False)
+
+    return logits_fn
