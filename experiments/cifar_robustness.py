@@ -1,0 +1,66 @@
+"""The CIFAR-10 robustness study: `python -m experiments.cifar_robustness [--profile P]`.
+
+Trains the standard and FGSM-adversarially-trained CompactCNNs on real CIFAR-10, attacks
+them with FGSM and PGD on one fixed stratified test subset, and writes results.json,
+tables and figures. Re-running resumes from the last finished phase; --force restarts.
+"""
+
+import argparse
+import dataclasses
+import shlex
+import sys
+import tempfile
+
+from advjax.data import DATA_DIR_ENV
+from experiments.study import run_study
+from experiments.study_config import profile
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", default="default", choices=["default", "reference", "quick"])
+    p.add_argument("--out", default=None, help="output folder (default results/, quick: a temp folder)")
+    p.add_argument("--data-dir", default=None, help=f"CIFAR-10 binary folder (else ${DATA_DIR_ENV}, else tfds)")
+    p.add_argument("--force", action="store_true", help="discard finished phases and start over")
+    p.add_argument("--no-progress", action="store_true")
+    for name, kind in (("seed", int), ("train-size", int), ("val-size", int), ("eval-size", int),
+                       ("batch-size", int), ("pgd-steps", int), ("pgd-restarts", int),
+                       ("learning-rate", float), ("weight-decay", float)):
+        p.add_argument(f"--{name}", type=kind, default=None)
+    p.add_argument("--epochs", type=int, default=None, help="epochs for every model")
+    p.add_argument("--eps", type=float, nargs="+", default=None, help="eps list in /255 units, e.g. 0 2 4 8")
+    return p.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace):
+    config = profile(args.profile)
+    overrides = {k: getattr(args, k) for k in ("seed", "train_size", "val_size", "eval_size", "batch_size",
+                                                "pgd_steps", "pgd_restarts", "learning_rate", "weight_decay")
+                 if getattr(args, k) is not None}
+    if args.eps is not None:
+        overrides["eps_list"] = tuple(e / 255 for e in args.eps)
+    models = config.models
+    if args.epochs is not None:
+        models = tuple(dataclasses.replace(m, epochs=args.epochs) for m in models)
+    if args.train_size is not None:
+        models = tuple(dataclasses.replace(m, train_size=min(m.train_size, args.train_size)) for m in models)
+    return dataclasses.replace(config, models=models, **overrides)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    config = config_from_args(args)
+    out = args.out or (tempfile.mkdtemp(prefix="advjax-quick-") if args.profile == "quick" else "results")
+    command = "python -m experiments.cifar_robustness " + shlex.join(sys.argv[1:] if argv is None else argv)
+    print(f"advjax CIFAR-10 robustness study, profile {config.profile}, output {out}")
+    results = run_study(config, out, data_dir=args.data_dir, force=args.force,
+                        show_progress=not args.no_progress, command=command)
+    from experiments.report import write_report
+
+    write_report(results, out)
+    print(f"wrote {out}/results.json")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Every hyper-parameter of the CIFAR-10 robustness study, and its named profiles."""
+
+import dataclasses
+import hashlib
+import json
+
+from advjax.attacks import check_eps
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """One model of the study: how it is trained and on how much data."""
+
+    name: str
+    mode: str  # "standard" or "fgsm"
+    train_size: int
+    epochs: int
+    label: str
+
+
+STANDARD = ModelSpec("standard", "standard", 15000, 12, "Standard CNN")
+FGSM_REFERENCE = ModelSpec("fgsm_reference", "fgsm", 8000, 5, "FGSM-AT, reference budget (8k, 5 ep)")
+FGSM_MATCHED = ModelSpec("fgsm_matched", "fgsm", 15000, 12, "FGSM-AT, matched budget (15k, 12 ep)")
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyConfig:
+    """The study protocol; defaults are the reference study's numbers."""
+
+    profile: str = "default"
+    seed: int = 42
+    train_size: int = 15000
+    val_size: int = 3000
+    eval_size: int = 1000
+    models: tuple[ModelSpec, ...] = (STANDARD, FGSM_REFERENCE, FGSM_MATCHED)
+    batch_size: int = 128
+    learning_rate: float = 1e-3
+    weight_decay: float = 5e-4
+    dropout_rate: float = 0.5
+    train_eps: float = 8 / 255
+    eps_list: tuple[float, ...] = (0.0, 2 / 255, 4 / 255, 8 / 255)
+    pgd_steps: int = 20
+    pgd_restarts: int = 1
+    attack_batch_size: int = 250
+    saved_examples: int = 100
+
+    def __post_init__(self):
+        for eps in self.eps_list:
+            check_eps(eps)
+        check_eps(self.train_eps)
+        for spec in self.models:
+            if spec.train_size > self.train_size:
+                raise ValueError(f"{spec.name}: train_size {spec.train_size} > study's {self.train_size}")
+        if self.pgd_steps < 1 or self.pgd_restarts < 1:
+            raise ValueError(f"pgd_steps={self.pgd_steps} and pgd_restarts={self.pgd_restarts} must be >= 1")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        """A short hash of everything that changes the numbers (not the profile name)."""
+        d = self.to_dict()
+        d.pop("profile")
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def profile(name: str) -> StudyConfig:
+    """`default`: all three models; `reference`: the reference's two; `quick`: a CI smoke run."""
+    if name == "default":
+        return StudyConfig()
+    if name == "reference":
+        return StudyConfig(profile="reference", models=(STANDARD, FGSM_REFERENCE))
+    if name == "quick":
+        return StudyConfig(
+            profile="quick",
+            train_size=1000,
+            val_size=500,
+            eval_size=200,
+            models=(
+                dataclasses.replace(STANDARD, train_size=1000, epochs=1),
+                dataclasses.replace(FGSM_REFERENCE, train_size=500, epochs=1),
+                dataclasses.replace(FGSM_MATCHED, train_size=1000, epochs=1),
+            ),
+            pgd_steps=5,
+            attack_batch_size=100,
+            saved_examples=20,
+        )
+    raise ValueError(f"unknown profile {name!r}; choose from default, reference, quick")
+
+
+REFERENCE_RESULTS = {
+    "standard": {
+        "clean_accuracy": 0.755,
+        "best_val_accuracy": 0.7557,
+        "fgsm": {2: 0.261, 8: 0.030},
+        "fgsm_success": {8: 0.9603},
+        "pgd": {2: 0.126, 4: 0.003, 8: 0.0},
+        "pgd_success": {2: 0.8331},
+    },
+    "fgsm_reference": {
+        "clean_accuracy": 0.423,
+        "best_val_accuracy": 0.392,
+        "fgsm": {8: 0.278},
+        "pgd": {8: 0.270},
+        "pgd_success": {2: 0.078},
+    },
+}
+"""Numbers reported by the reproduced PyTorch study (robust accuracies; eps in /255)."""
