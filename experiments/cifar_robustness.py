@@ -12,7 +12,8 @@ import sys
 import tempfile
 
 from advjax.data import DATA_DIR_ENV
-from experiments.study import run_study
+from experiments.report import write_report
+from experiments.study import class_samples, run_study
 from experiments.study_config import profile
 
 
@@ -55,9 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"advjax CIFAR-10 robustness study, profile {config.profile}, output {out}")
     results = run_study(config, out, data_dir=args.data_dir, force=args.force,
                         show_progress=not args.no_progress, command=command)
-    from experiments.report import write_report
-
-    write_report(results, out)
+    write_report(results, out, sample_images=class_samples(args.data_dir, results))
     print(f"wrote {out}/results.json")
     return results
 

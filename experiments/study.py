@@ -238,3 +238,12 @@ def run_study(config: StudyConfig, out_dir, *, data_dir=None, force=False, show_
         results["matched_defense_clean_cost"] = cost
     atomic_write_json(out / "results.json", results)
     return results
+
+
+def class_samples(data_dir, results: dict, per_class: int = 8) -> np.ndarray:
+    """(classes, per_class, 32, 32, 3) float images: the first evaluation images of each class."""
+    data = load_cifar10(data_dir)
+    idx = np.asarray(results["data"]["eval_indices"])
+    labels = data.test_labels[idx]
+    rows = [idx[labels == c][:per_class] for c in range(len(data.class_names))]
+    return np.stack([data.test_images[r] for r in rows]).astype(np.float32) / 255.0
