@@ -50,7 +50,10 @@ class CompactCNN(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, train: bool) -> Array:
-        x = (x - jnp.asarray(CIFAR10_MEAN, x.dtype)) / jnp.asarray(CIFAR10_STD, x.dtype)
+        channel_shape = (1,) * (x.ndim - 1) + (-1,)
+        mean = jnp.asarray(CIFAR10_MEAN, x.dtype).reshape(channel_shape)
+        std = jnp.asarray(CIFAR10_STD, x.dtype).reshape(channel_shape)
+        x = (x - mean) / std
         for features, convs in ((32, 2), (64, 2), (128, 1)):
             for _ in range(convs):
                 x = ConvBNReLU(features)(x, train)

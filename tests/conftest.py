@@ -1,0 +1,148 @@
+"""Shared fixtures: real CIFAR-10, a briefly trained CompactCNN, and a tiny linear model.
+
+Strict rank promotion is on for the whole suite (STYLE.md item 14): implicit broadcasting
+between arrays of different ranks raises instead of silently broadcasting.
+
+Real-data fixtures need ``ADVJAX_DATA_DIR`` (a folder with the official binary CIFAR-10
+files) and skip the tests that use them otherwise.
+"""
+
+import contextlib
+import os
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+from advjax.data import DATA_DIR_ENV, Cifar10, load_cifar10, stratified_indices  # noqa: E402
+from advjax.fit import FitResult, fit  # noqa: E402
+from advjax.model import CompactCNN  # noqa: E402
+from advjax.train import Batch, TrainConfig  # noqa: E402
+
+# ---------------------------------------------------------------------------
+# Rank promotion.
+#
+# advjax/model.py normalises with `(x - mean) / std`, broadcasting (N, 32, 32, 3) against
+# (3,): an implicit rank promotion that the strict setting rejects. Until that is fixed,
+# tests that run CompactCNN carry the `allow_rank_promotion` marker, which relaxes the
+# setting for that test only; `test_model.py::test_compactcnn_runs_under_strict_rank_promotion`
+# is a strict xfail that starts failing once the model is fixed, as the reminder to delete
+# the marker and this workaround.
+
+ALLOW_RANK_PROMOTION = "allow_rank_promotion"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        f"{ALLOW_RANK_PROMOTION}: run with jax_numpy_rank_promotion='allow' "
+        "(workaround for CompactCNN's implicit (N,H,W,3) - (3,) broadcast)",
+    )
+
+
+def model_rank_promotion() -> contextlib.AbstractContextManager:
+    """The context CompactCNN currently needs (see the note above)."""
+    return jax.numpy_rank_promotion("allow")
+
+
+@pytest.fixture(autouse=True)
+def _rank_promotion_for_marked_tests(request):
+    if request.node.get_closest_marker(ALLOW_RANK_PROMOTION) is not None:
+        with model_rank_promotion():
+            yield
+    else:
+        yield
+
+
+# ---------------------------------------------------------------------------
+# A tiny linear model for fast attack property tests.
+
+LINEAR_SHAPE = (8, 8, 3)
+LINEAR_CLASSES = 10
+
+
+def make_linear_logits_fn(seed: int = 0) -> Callable[[jax.Array], jax.Array]:
+    """A fixed random linear classifier on (B, 8, 8, 3) inputs: logits = flat(x) @ W + b."""
+    w_key, b_key = jax.random.split(jax.random.key(seed))
+    dim = int(np.prod(LINEAR_SHAPE))
+    w = jax.random.normal(w_key, (dim, LINEAR_CLASSES)) / np.sqrt(dim)
+    b = 0.1 * jax.random.normal(b_key, (LINEAR_CLASSES,))
+
+    def logits_fn(x: jax.Array) -> jax.Array:
+        return x.reshape(x.shape[0], -1) @ w.astype(x.dtype) + b.astype(x.dtype)[None, :]
+
+    return logits_fn
+
+
+def make_linear_batch(seed: int = 0, n: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """Pixels uniform in [0, 1] (as numpy float32) and int32 labels in [0, 10)."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.0, 1.0, size=(n, *LINEAR_SHAPE)).astype(np.float32)
+    y = rng.integers(0, LINEAR_CLASSES, size=n).astype(np.int32)
+    return x, y
+
+
+@pytest.fixture(scope="session")
+def linear_logits_fn() -> Callable[[jax.Array], jax.Array]:
+    return make_linear_logits_fn()
+
+
+# ---------------------------------------------------------------------------
+# Real CIFAR-10 and a briefly trained CompactCNN.
+
+TRAIN_SIZE, VAL_SIZE, EVAL_SIZE = 3000, 500, 200
+TRAIN_CONFIG = TrainConfig(
+    epochs=2, batch_size=50, learning_rate=2e-3, dropout_rate=0.0, augment=False, seed=0
+)
+
+
+@pytest.fixture(scope="session")
+def cifar10() -> Cifar10:
+    """Real CIFAR-10 from $ADVJAX_DATA_DIR (skips the test when it is not set)."""
+    if not os.environ.get(DATA_DIR_ENV):
+        pytest.skip(f"{DATA_DIR_ENV} is not set")
+    return load_cifar10()
+
+
+class TrainedRun(NamedTuple):
+    config: TrainConfig
+    result: FitResult
+    val: Batch
+
+
+class TrainedModel(NamedTuple):
+    model: CompactCNN
+    variables: dict
+    x: jax.Array  # float32 eval images in [0, 1]
+    y: jax.Array  # int32 labels
+
+
+@pytest.fixture(scope="session")
+def trained_run(cifar10) -> TrainedRun:
+    """`fit` of CompactCNN on a stratified 3,000-image subset for 2 epochs (~15-30 s)."""
+    key = jax.random.key(0)
+    train_idx = stratified_indices(cifar10.train_labels, TRAIN_SIZE, jax.random.fold_in(key, 0))
+    val_idx = stratified_indices(
+        cifar10.train_labels, VAL_SIZE, jax.random.fold_in(key, 1), exclude=train_idx
+    )
+    train = Batch(cifar10.train_images[train_idx], cifar10.train_labels[train_idx])
+    val = Batch(cifar10.train_images[val_idx], cifar10.train_labels[val_idx])
+    with model_rank_promotion():
+        result = fit(TRAIN_CONFIG, train, val, show_progress=False, log=lambda _: None)
+    return TrainedRun(TRAIN_CONFIG, result, val)
+
+
+@pytest.fixture(scope="session")
+def trained_model(cifar10, trained_run) -> TrainedModel:
+    """(model, variables, x_eval float32 in [0, 1], y_eval) with 200 stratified test images."""
+    state = trained_run.result.state
+    model = CompactCNN(dropout_rate=trained_run.config.dropout_rate)
+    variables = {"params": state.params, "batch_stats": state.batch_stats}
+    idx = stratified_indices(cifar10.test_labels, EVAL_SIZE, jax.random.key(2))
+    x = jnp.asarray(cifar10.test_images[idx], jnp.float32) / 255.0
+    y = jnp.asarray(cifar10.test_labels[idx], jnp.int32)
+    return TrainedModel(model, variables, x, y)
