@@ -31,8 +31,13 @@ def predict(logits_fn: LogitsFn, x: np.ndarray, batch_size: int = 500) -> np.nda
     return np.concatenate([np.asarray(step(x[i : i + batch_size])) for i in range(0, len(x), batch_size)])
 
 
-def make_attack_fn(logits_fn: LogitsFn, attack: str, *, steps: int = 20, restarts: int = 1):
-    """A jitted `(x, y, eps, key) -> (x_adv, predictions, broken_step | None)`."""
+def make_attack_fn(
+    logits_fn: LogitsFn, attack: str, *, steps: int = 20, restarts: int = 1, step_fraction: float = 0.25
+):
+    """A jitted `(x, y, eps, key) -> (x_adv, predictions, broken_step | None)`.
+
+    PGD takes steps of `step_fraction * eps` (the reference protocol: eps / 4).
+    """
     if attack not in ATTACKS:
         raise ValueError(f"unknown attack {attack!r}; choose from {ATTACKS}")
 
@@ -40,7 +45,8 @@ def make_attack_fn(logits_fn: LogitsFn, attack: str, *, steps: int = 20, restart
         if attack == "fgsm":
             x_adv, broken = fgsm(logits_fn, x, y, eps), None
         else:
-            result = pgd_search(logits_fn, x, y, eps, key=key, steps=steps, restarts=restarts)
+            result = pgd_search(logits_fn, x, y, eps, key=key, steps=steps, restarts=restarts,
+                                step_size=step_fraction * eps)
             x_adv, broken = result.x_adv, result.broken_step
         return x_adv, jnp.argmax(logits_fn(x_adv), axis=-1), broken
 

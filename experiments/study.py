@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import jax
@@ -56,7 +57,8 @@ def model_train_indices(config: StudyConfig, spec: ModelSpec, data: Cifar10, tra
 def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log) -> Path:
     """Train one model unless a checkpoint of this exact config exists; return its path."""
     path = out / "checkpoints" / f"{spec.name}.msgpack"
-    if path.exists() and read_checkpoint(path)["metadata"].get("config_digest") == config.digest():
+    digest = config.model_digest(spec, attacks=False)
+    if path.exists() and read_checkpoint(path)["metadata"].get("config_digest") == digest:
         log(f"[train] {spec.name}: reusing {path}")
         return path
     idx = model_train_indices(config, spec, data, splits.train)
@@ -68,7 +70,7 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
     seconds = time.perf_counter() - started
     variables = {"params": result.state.params, "batch_stats": result.state.batch_stats}
     metadata = {
-        "config_digest": config.digest(),
+        "config_digest": digest,
         "spec": dataclasses.asdict(spec),
         "train_config": dataclasses.asdict(train_config(config, spec)),
         "history": result.history,
@@ -83,23 +85,30 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
     return path
 
 
-def attack_phase(config, index, spec, ckpt: Path, x, y, out: Path, show_progress, log) -> Path:
+def model_stream(spec: ModelSpec) -> int:
+    """A stable per-model PRNG stream id (independent of which other models run)."""
+    return zlib.crc32(spec.name.encode()) & 0x7FFFFFFF
+
+
+def attack_phase(config, spec, ckpt: Path, x, y, out: Path, show_progress, log) -> Path:
     """FGSM and PGD at every eps on the evaluation subset; per-example results as .npz."""
     path = out / "attacks" / f"{spec.name}.npz"
+    digest = config.model_digest(spec, attacks=True)
     if path.exists():
         with np.load(path) as saved:
-            if str(saved["config_digest"]) == config.digest():
+            if str(saved["config_digest"]) == digest:
                 log(f"[attack] {spec.name}: reusing {path}")
                 return path
     model, variables = load_checkpoint(ckpt)
     logits_fn = eval_logits_fn(model, variables)
     started = time.perf_counter()
-    arrays = {"config_digest": np.array(config.digest()), "labels": y, "clean_pred": predict(logits_fn, x)}
-    root = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), _ATTACK_STREAM), index)
+    arrays = {"config_digest": np.array(digest), "labels": y, "clean_pred": predict(logits_fn, x)}
+    root = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), _ATTACK_STREAM), model_stream(spec))
     keep = config.saved_examples
     arrays["x_clean"] = x[:keep]
     for a, attack in enumerate(ATTACKS):
-        fn = make_attack_fn(logits_fn, attack, steps=config.pgd_steps, restarts=config.pgd_restarts)
+        fn = make_attack_fn(logits_fn, attack, steps=config.pgd_steps, restarts=config.pgd_restarts,
+                            step_fraction=config.pgd_step_fraction)
         for e, eps in enumerate(config.eps_list):
             run = attack_dataset(
                 fn, x, y, eps,
@@ -202,9 +211,9 @@ def run_study(config: StudyConfig, out_dir, *, data_dir=None, force=False, show_
     x_eval = np.asarray(to_float(data.test_images[splits.eval]))
     y_eval = data.test_labels[splits.eval]
     models = {}
-    for index, spec in enumerate(config.models):
+    for spec in config.models:
         ckpt = train_phase(config, spec, data, splits, out, show_progress, log)
-        attacks = attack_phase(config, index, spec, ckpt, x_eval, y_eval, out, show_progress, log)
+        attacks = attack_phase(config, spec, ckpt, x_eval, y_eval, out, show_progress, log)
         models[spec.name] = summarise_model(config, spec, ckpt, attacks, len(data.class_names))
         timings[f"train_{spec.name}"] = models[spec.name]["training"]["seconds"]
         timings[f"attack_{spec.name}"] = models[spec.name]["attack_seconds"]
@@ -226,7 +235,7 @@ def run_study(config: StudyConfig, out_dir, *, data_dir=None, force=False, show_
         "threat_model": {
             "norm": "linf", "space": "pixels in [0, 1]", "knowledge": "white-box gradients",
             "goal": "untargeted misclassification", "eps": list(config.eps_list),
-            "pgd": {"steps": config.pgd_steps, "step_size": "eps/4", "restarts": config.pgd_restarts,
+            "pgd": {"steps": config.pgd_steps, "step_size": f"{config.pgd_step_fraction:g} * eps", "restarts": config.pgd_restarts,
                     "random_start": "uniform in the eps-ball"},
         },
         "models": models,

@@ -41,6 +41,7 @@ class StudyConfig:
     eps_list: tuple[float, ...] = (0.0, 2 / 255, 4 / 255, 8 / 255)
     pgd_steps: int = 20
     pgd_restarts: int = 1
+    pgd_step_fraction: float = 0.25
     attack_batch_size: int = 250
     saved_examples: int = 100
 
@@ -51,6 +52,8 @@ class StudyConfig:
         for spec in self.models:
             if spec.train_size > self.train_size:
                 raise ValueError(f"{spec.name}: train_size {spec.train_size} > study's {self.train_size}")
+        if not 0 < self.pgd_step_fraction <= 1:
+            raise ValueError(f"pgd_step_fraction={self.pgd_step_fraction} must be in (0, 1]")
         if self.pgd_steps < 1 or self.pgd_restarts < 1:
             raise ValueError(f"pgd_steps={self.pgd_steps} and pgd_restarts={self.pgd_restarts} must be >= 1")
 
@@ -61,7 +64,27 @@ class StudyConfig:
         """A short hash of everything that changes the numbers (not the profile name)."""
         d = self.to_dict()
         d.pop("profile")
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+        return _hash(d)
+
+    def model_digest(self, spec: ModelSpec, *, attacks: bool) -> str:
+        """Hash of what one model's training (and, with `attacks`, its evaluation) depends on.
+
+        A finished phase is reused only when this matches, so changing an attack setting
+        re-runs the attacks but not the training, and other models do not matter.
+        """
+        d = self.to_dict()
+        for key in ("profile", "models") + (() if attacks else _ATTACK_FIELDS):
+            d.pop(key)
+        d["model"] = dataclasses.asdict(spec)
+        return _hash(d)
+
+
+_ATTACK_FIELDS = ("eps_list", "pgd_steps", "pgd_restarts", "pgd_step_fraction", "attack_batch_size",
+                  "saved_examples")
+
+
+def _hash(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def profile(name: str) -> StudyConfig:
@@ -73,13 +96,13 @@ def profile(name: str) -> StudyConfig:
     if name == "quick":
         return StudyConfig(
             profile="quick",
-            train_size=1000,
+            train_size=2000,
             val_size=500,
             eval_size=200,
             models=(
-                dataclasses.replace(STANDARD, train_size=1000, epochs=1),
-                dataclasses.replace(FGSM_REFERENCE, train_size=500, epochs=1),
-                dataclasses.replace(FGSM_MATCHED, train_size=1000, epochs=1),
+                dataclasses.replace(STANDARD, train_size=2000, epochs=2),
+                dataclasses.replace(FGSM_REFERENCE, train_size=1000, epochs=1),
+                dataclasses.replace(FGSM_MATCHED, train_size=2000, epochs=2),
             ),
             pgd_steps=5,
             attack_batch_size=100,

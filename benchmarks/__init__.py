@@ -1,0 +1,1 @@
+"""Speed benchmark of advjax against the PyTorch reference (`python -m benchmarks.run`)."""
