@@ -27,12 +27,15 @@ def _is_concrete(value) -> bool:
     return not isinstance(value, jax.core.Tracer)
 
 
-def check_eps(eps) -> None:
-    """Raise ValueError for an eps that is concretely outside [0, 1] or NaN."""
+def check_eps(eps, name: str = "eps") -> None:
+    """Raise ValueError for a budget that is concretely outside [0, 1] or NaN.
+
+    Traced values (inside the caller's `jit`) cannot be checked and pass through.
+    """
     if isinstance(eps, numbers.Number) or (_is_concrete(eps) and jnp.ndim(eps) == 0):
         value = float(eps)
         if math.isnan(value) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"{eps=} must be in [0, 1] (pixel units, e.g. 8/255)")
+            raise ValueError(f"{name}={eps!r} must be in [0, 1] (pixel units, e.g. 8/255)")
 
 
 def _check_positive_int(name: str, value) -> None:
@@ -42,14 +45,16 @@ def _check_positive_int(name: str, value) -> None:
 
 def _check_inputs(x: ArrayLike, y: ArrayLike) -> tuple[Array, Array]:
     x, y = jnp.asarray(x), jnp.asarray(y)
-    chex.assert_rank(y, 1)
+    if y.ndim != 1:
+        raise ValueError(f"y must be a 1-D array of labels, got {y.shape=}")
     if x.ndim < 2:
         raise ValueError(f"x must be a batch with a leading example axis, got {x.shape=}")
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x and y must hold the same number of examples, got {x.shape=} {y.shape=}")
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise TypeError(f"x must be floating point pixels in [0, 1], got {x.dtype=}")
     if not jnp.issubdtype(y.dtype, jnp.integer):
         raise TypeError(f"y must hold integer class labels, got {y.dtype=}")
-    chex.assert_equal_shape_prefix((x, y), 1)
     return x, y
 
 
@@ -94,6 +99,7 @@ def fgsm(logits_fn: LogitsFn, x: ArrayLike, y: ArrayLike, eps: float | ArrayLike
     x, y = _check_inputs(x, y)
     eps = jnp.asarray(eps, x.dtype)
     _, _, grad = _loss_and_grad(logits_fn, x, y)
+    chex.assert_equal_shape((grad, x))
     return jnp.clip(x + eps * jnp.sign(grad), 0.0, 1.0)
 
 
@@ -192,7 +198,7 @@ def pgd_search(
     _check_positive_int("steps", steps)
     _check_positive_int("restarts", restarts)
     if step_size is not None:
-        check_eps(step_size)
+        check_eps(step_size, name="step_size")
     x, y = _check_inputs(x, y)
     eps = jnp.asarray(eps, x.dtype)
     step_size = eps / 4 if step_size is None else jnp.asarray(step_size, x.dtype)
@@ -201,6 +207,8 @@ def pgd_search(
         lambda k: _pgd_single_restart(logits_fn, x, y, eps, step_size, steps, k)
     )(keys)
     x_adv, loss = _select_restart(states)
+    chex.assert_equal_shape((x_adv, x))
+    chex.assert_shape(states.broken_step, (restarts, y.shape[0]))
     return PGDResult(x_adv=x_adv, broken_step=states.broken_step, loss=loss)
 
 

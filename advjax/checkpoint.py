@@ -54,6 +54,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} is corrupt: {e}") from e
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"checkpoint {path} is not in the {CHECKPOINT_FORMAT} format")
+    for section in ("model", "variables", "metadata"):
+        if not isinstance(payload.get(section), dict):
+            raise CheckpointError(f"checkpoint {path} has no valid {section!r} section")
     return payload
 
 
@@ -68,6 +71,9 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[CompactCNN, dict[str, Any]
     spec = payload["model"]
     if spec.get("name") != "CompactCNN":
         raise CheckpointError(f"checkpoint {path} holds an unknown model {spec.get('name')!r}")
-    model = CompactCNN(num_classes=int(spec["num_classes"]), dropout_rate=float(spec["dropout_rate"]))
+    try:
+        model = CompactCNN(num_classes=int(spec["num_classes"]), dropout_rate=float(spec["dropout_rate"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {path} has an invalid model section: {e}") from e
     variables = jax.tree.map(jnp.asarray, payload["variables"])
     return model, variables

@@ -157,7 +157,11 @@ def fgsm_train_step(
 
 
 def make_train_step(config: TrainConfig):
-    """The jitted `train_step(state, batch, key) -> (state, metrics)` for `config.mode`."""
+    """The jitted `train_step(state, batch, key) -> (state, metrics)` for `config.mode`.
+
+    The input state's buffers are donated (updated in place), so the state passed in must
+    not be used again; keep the returned one.
+    """
     if config.mode == "fgsm":
         step = functools.partial(fgsm_train_step, eps=config.adv_eps, use_augment=config.augment)
     else:

@@ -7,7 +7,6 @@ Real-data fixtures need ``ADVJAX_DATA_DIR`` (a folder with the official binary C
 files) and skip the tests that use them otherwise.
 """
 
-import contextlib
 import os
 from typing import Callable, NamedTuple
 
@@ -22,41 +21,6 @@ from advjax.data import DATA_DIR_ENV, Cifar10, load_cifar10, stratified_indices 
 from advjax.fit import FitResult, fit  # noqa: E402
 from advjax.model import CompactCNN  # noqa: E402
 from advjax.train import Batch, TrainConfig  # noqa: E402
-
-# ---------------------------------------------------------------------------
-# Rank promotion.
-#
-# advjax/model.py normalises with `(x - mean) / std`, broadcasting (N, 32, 32, 3) against
-# (3,): an implicit rank promotion that the strict setting rejects. Until that is fixed,
-# tests that run CompactCNN carry the `allow_rank_promotion` marker, which relaxes the
-# setting for that test only; `test_model.py::test_compactcnn_runs_under_strict_rank_promotion`
-# is a strict xfail that starts failing once the model is fixed, as the reminder to delete
-# the marker and this workaround.
-
-ALLOW_RANK_PROMOTION = "allow_rank_promotion"
-
-
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers",
-        f"{ALLOW_RANK_PROMOTION}: run with jax_numpy_rank_promotion='allow' "
-        "(workaround for CompactCNN's implicit (N,H,W,3) - (3,) broadcast)",
-    )
-
-
-def model_rank_promotion() -> contextlib.AbstractContextManager:
-    """The context CompactCNN currently needs (see the note above)."""
-    return jax.numpy_rank_promotion("allow")
-
-
-@pytest.fixture(autouse=True)
-def _rank_promotion_for_marked_tests(request):
-    if request.node.get_closest_marker(ALLOW_RANK_PROMOTION) is not None:
-        with model_rank_promotion():
-            yield
-    else:
-        yield
-
 
 # ---------------------------------------------------------------------------
 # A tiny linear model for fast attack property tests.
@@ -94,9 +58,9 @@ def linear_logits_fn() -> Callable[[jax.Array], jax.Array]:
 # ---------------------------------------------------------------------------
 # Real CIFAR-10 and a briefly trained CompactCNN.
 
-TRAIN_SIZE, VAL_SIZE, EVAL_SIZE = 3000, 500, 200
+TRAIN_SIZE, VAL_SIZE, EVAL_SIZE = 3000, 500, 150
 TRAIN_CONFIG = TrainConfig(
-    epochs=2, batch_size=50, learning_rate=2e-3, dropout_rate=0.0, augment=False, seed=0
+    epochs=3, batch_size=50, learning_rate=2e-3, dropout_rate=0.0, augment=False, seed=0
 )
 
 
@@ -123,7 +87,7 @@ class TrainedModel(NamedTuple):
 
 @pytest.fixture(scope="session")
 def trained_run(cifar10) -> TrainedRun:
-    """`fit` of CompactCNN on a stratified 3,000-image subset for 2 epochs (~15-30 s)."""
+    """`fit` of CompactCNN on a stratified 3,000-image subset for 3 epochs (~20-40 s)."""
     key = jax.random.key(0)
     train_idx = stratified_indices(cifar10.train_labels, TRAIN_SIZE, jax.random.fold_in(key, 0))
     val_idx = stratified_indices(
@@ -131,14 +95,13 @@ def trained_run(cifar10) -> TrainedRun:
     )
     train = Batch(cifar10.train_images[train_idx], cifar10.train_labels[train_idx])
     val = Batch(cifar10.train_images[val_idx], cifar10.train_labels[val_idx])
-    with model_rank_promotion():
-        result = fit(TRAIN_CONFIG, train, val, show_progress=False, log=lambda _: None)
+    result = fit(TRAIN_CONFIG, train, val, show_progress=False, log=lambda _: None)
     return TrainedRun(TRAIN_CONFIG, result, val)
 
 
 @pytest.fixture(scope="session")
 def trained_model(cifar10, trained_run) -> TrainedModel:
-    """(model, variables, x_eval float32 in [0, 1], y_eval) with 200 stratified test images."""
+    """(model, variables, x_eval float32 in [0, 1], y_eval) with 150 stratified test images."""
     state = trained_run.result.state
     model = CompactCNN(dropout_rate=trained_run.config.dropout_rate)
     variables = {"params": state.params, "batch_stats": state.batch_stats}

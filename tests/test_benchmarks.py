@@ -1,6 +1,6 @@
 """Checks of the benchmark's bookkeeping (FLOP model, summaries, table, files); no timings asserted.
 
-Run with `python -m pytest benchmarks` (not part of the default `tests/` suite).
+Part of the default test suite.
 """
 
 import json
