@@ -19,7 +19,6 @@ import gzip
 import hashlib
 import os
 import re
-import tempfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +27,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 from jax.typing import ArrayLike
+
+from advjax.io import atomic_write_bytes
 
 DATA_DIR_ENV = "ADVJAX_DATA_DIR"
 NUM_CLASSES = 10
@@ -170,16 +171,7 @@ def write_binary_batch(path: str | os.PathLike, images: ArrayLike, labels: Array
     payload = records.tobytes()
     if path.suffix == ".gz":
         payload = gzip.compress(payload, mtime=0)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, payload)
 
 
 def fingerprint(images: ArrayLike, labels: ArrayLike) -> str:
