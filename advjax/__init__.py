@@ -1,37 +1,71 @@
 """advjax: a functional JAX library for adversarial robustness evaluation."""
 
-from advjax import attacks, augment, checkpoint, data, fit, layers, model, train
+from advjax import (
+    aggregate,
+    attacks,
+    augment,
+    checkpoint,
+    data,
+    evaluate,
+    fit,
+    gate,
+    layers,
+    metrics,
+    model,
+    records,
+    sanity,
+    scoring,
+    summary,
+    threat_model,
+    train,
+)
 from advjax.attacks import PGDResult, fgsm, pgd, pgd_search
 from advjax.checkpoint import load_checkpoint, save_checkpoint
 from advjax.data import Cifar10, DataError, load_cifar10, study_splits
+from advjax.metrics import wilson_interval
 from advjax.model import CompactCNN, eval_logits_fn
+from advjax.records import CaseRecord, RecordLog
+from advjax.threat_model import ThreatModel
 from advjax.train import TrainConfig, TrainState, create_train_state, make_train_step
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CaseRecord",
     "Cifar10",
     "CompactCNN",
     "DataError",
     "PGDResult",
+    "RecordLog",
+    "ThreatModel",
     "TrainConfig",
     "TrainState",
+    "aggregate",
     "attacks",
     "augment",
     "checkpoint",
     "create_train_state",
     "data",
     "eval_logits_fn",
+    "evaluate",
     "fgsm",
     "fit",
+    "gate",
     "layers",
     "load_checkpoint",
     "load_cifar10",
     "make_train_step",
+    "metrics",
     "model",
     "pgd",
     "pgd_search",
+    "records",
+    "sanity",
     "save_checkpoint",
+    "scoring",
     "study_splits",
+    "summary",
+    "threat_model",
     "train",
+    "wilson_interval",
 ]

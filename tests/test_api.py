@@ -20,8 +20,10 @@ def test_every_name_in_dunder_all_imports_and_exists():
         assert getattr(advjax, name) is namespace[name], name
 
 
-@pytest.mark.parametrize("module", ["attacks", "augment", "checkpoint", "data", "fit",
-                                    "layers", "model", "train"])  # fmt: skip
+@pytest.mark.parametrize("module", ["aggregate", "attacks", "augment", "checkpoint", "data",
+                                    "evaluate", "fit", "gate", "io", "layers", "metrics", "model",
+                                    "plots", "records", "sanity", "scoring", "summary",
+                                    "threat_model", "train"])  # fmt: skip
 def test_submodules_export_what_they_list(module):
     """Every name in a submodule's __all__ (where it has one) exists in that submodule."""
     mod = importlib.import_module(f"advjax.{module}")
