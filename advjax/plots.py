@@ -71,7 +71,7 @@ def lines(series: dict[str, tuple[Sequence[float], Sequence[float]]], *, title: 
 def grouped_bars(groups: Sequence[str], bars: dict[str, Sequence[float]], *, title: str, ylabel: str,
                  path, annotate: bool = True) -> None:
     """Bars grouped by `groups`, one colour per key of `bars`."""
-    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(groups) * max(1, len(bars)) / 2), 4.5))
+    fig, ax = plt.subplots(figsize=(min(14, max(7, 0.3 * len(groups) * len(bars))), 4.5))
     width = 0.8 / len(bars)
     x = np.arange(len(groups))
     for i, (name, values) in enumerate(bars.items()):

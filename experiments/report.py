@@ -128,10 +128,13 @@ def figures(results: dict, out: Path, class_names, sample_images: np.ndarray | N
     for name, m in models.items():
         plots.confusion_pair({"clean": m["confusion"]["clean"], f"PGD {top}/255": m["confusion"][f"pgd_{top}"]},
                              class_names, f"Confusion matrices: {m['label']}", path(f"confusion_{name}.png"))
-    plots.grouped_bars(list(class_names), {
-        f"{m['label']} PGD {top}/255": [100 * r["value"] for r in m["per_class"][f"pgd_{top}"]] for m in models.values()
-    }, title=f"Per-class robust accuracy under PGD {top}/255", ylabel="robust accuracy (%)",
-        path=path("per_class_robust_accuracy.png"), annotate=False)
+    nonzero = [e for e in next(iter(models.values()))["attacks"]["pgd"] if float(e) > 0]
+    for eps in sorted({min(nonzero, key=float), top}, key=float):
+        bars = {f"{m['label']} clean": [100 * r["value"] for r in m["per_class"]["clean"]] for m in models.values()}
+        bars.update({f"{m['label']} PGD {eps}/255": [100 * r["value"] for r in m["per_class"][f"pgd_{eps}"]]
+                     for m in models.values()})
+        plots.grouped_bars(list(class_names), bars, title=f"Per-class accuracy, clean and under PGD {eps}/255",
+                           ylabel="accuracy (%)", path=path(f"per_class_accuracy_pgd_{eps}.png"), annotate=False)
     steps_series = {}
     for m in models.values():
         for eps, curve in m["pgd_steps_curve"].items():
