@@ -50,7 +50,9 @@ def _check_inputs(x: ArrayLike, y: ArrayLike) -> tuple[Array, Array]:
     if x.ndim < 2:
         raise ValueError(f"x must be a batch with a leading example axis, got {x.shape=}")
     if x.shape[0] != y.shape[0]:
-        raise ValueError(f"x and y must hold the same number of examples, got {x.shape=} {y.shape=}")
+        raise ValueError(
+            f"x and y must hold the same number of examples, got {x.shape=} {y.shape=}"
+        )
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise TypeError(f"x must be floating point pixels in [0, 1], got {x.dtype=}")
     if not jnp.issubdtype(y.dtype, jnp.integer):
@@ -203,9 +205,9 @@ def pgd_search(
     eps = jnp.asarray(eps, x.dtype)
     step_size = eps / 4 if step_size is None else jnp.asarray(step_size, x.dtype)
     keys = jax.random.split(key, restarts)
-    states = jax.vmap(
-        lambda k: _pgd_single_restart(logits_fn, x, y, eps, step_size, steps, k)
-    )(keys)
+    states = jax.vmap(lambda k: _pgd_single_restart(logits_fn, x, y, eps, step_size, steps, k))(
+        keys
+    )
     x_adv, loss = _select_restart(states)
     chex.assert_equal_shape((x_adv, x))
     chex.assert_shape(states.broken_step, (restarts, y.shape[0]))

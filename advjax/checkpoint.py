@@ -72,7 +72,9 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[CompactCNN, dict[str, Any]
     if spec.get("name") != "CompactCNN":
         raise CheckpointError(f"checkpoint {path} holds an unknown model {spec.get('name')!r}")
     try:
-        model = CompactCNN(num_classes=int(spec["num_classes"]), dropout_rate=float(spec["dropout_rate"]))
+        model = CompactCNN(
+            num_classes=int(spec["num_classes"]), dropout_rate=float(spec["dropout_rate"])
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"checkpoint {path} has an invalid model section: {e}") from e
     variables = jax.tree.map(jnp.asarray, payload["variables"])

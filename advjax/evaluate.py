@@ -28,11 +28,18 @@ class AttackRun(NamedTuple):
 def predict(logits_fn: LogitsFn, x: np.ndarray, batch_size: int = 500) -> np.ndarray:
     """Argmax predictions of `logits_fn` on float inputs, batch by batch."""
     step = jax.jit(lambda xb: jnp.argmax(logits_fn(xb), axis=-1))
-    return np.concatenate([np.asarray(step(x[i : i + batch_size])) for i in range(0, len(x), batch_size)])
+    return np.concatenate(
+        [np.asarray(step(x[i : i + batch_size])) for i in range(0, len(x), batch_size)]
+    )
 
 
 def make_attack_fn(
-    logits_fn: LogitsFn, attack: str, *, steps: int = 20, restarts: int = 1, step_fraction: float = 0.25
+    logits_fn: LogitsFn,
+    attack: str,
+    *,
+    steps: int = 20,
+    restarts: int = 1,
+    step_fraction: float = 0.25,
 ):
     """A jitted `(x, y, eps, key) -> (x_adv, predictions, broken_step | None)`.
 
@@ -45,8 +52,16 @@ def make_attack_fn(
         if attack == "fgsm":
             x_adv, broken = fgsm(logits_fn, x, y, eps), None
         else:
-            result = pgd_search(logits_fn, x, y, eps, key=key, steps=steps, restarts=restarts,
-                                step_size=step_fraction * eps)
+            result = pgd_search(
+                logits_fn,
+                x,
+                y,
+                eps,
+                key=key,
+                steps=steps,
+                restarts=restarts,
+                step_size=step_fraction * eps,
+            )
             x_adv, broken = result.x_adv, result.broken_step
         return x_adv, jnp.argmax(logits_fn(x_adv), axis=-1), broken
 
@@ -73,7 +88,10 @@ def attack_dataset(
     bar = Progress(len(y), desc, show_progress)
     preds, broken, kept = [], [], []
     for i, start in enumerate(range(0, len(y), batch_size)):
-        xb, yb = jnp.asarray(x[start : start + batch_size]), jnp.asarray(y[start : start + batch_size])
+        xb, yb = (
+            jnp.asarray(x[start : start + batch_size]),
+            jnp.asarray(y[start : start + batch_size]),
+        )
         x_adv, pred, broken_step = attack_fn(xb, yb, jnp.float32(eps), jax.random.fold_in(key, i))
         preds.append(np.asarray(pred))
         if broken_step is not None:

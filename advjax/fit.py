@@ -8,7 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax.progress import Progress
-from advjax.train import Batch, TrainConfig, TrainState, create_train_state, eval_step, make_train_step
+from advjax.train import (
+    Batch,
+    TrainConfig,
+    TrainState,
+    create_train_state,
+    eval_step,
+    make_train_step,
+)
 
 
 class FitResult(NamedTuple):
@@ -24,8 +31,10 @@ def evaluate(state: TrainState, images: np.ndarray, labels: np.ndarray, batch_si
     """Accuracy and mean loss of the eval-mode model on uint8 images."""
     correct, loss_sum = 0, 0.0
     for start in range(0, len(labels), batch_size):
-        batch = Batch(jnp.asarray(images[start : start + batch_size]),
-                      jnp.asarray(labels[start : start + batch_size]))
+        batch = Batch(
+            jnp.asarray(images[start : start + batch_size]),
+            jnp.asarray(labels[start : start + batch_size]),
+        )
         out = eval_step(state, batch)
         correct += int(out["correct"])
         loss_sum += float(out["loss_sum"])
@@ -73,10 +82,16 @@ def fit(
                 sums[k] = sums.get(k, 0.0) + float(v)
             bar.update(postfix=f"loss {sums['loss'] / (i + 1):.3f}")
         bar.close()
-        record = {"epoch": epoch + 1, **{f"train_{k}": v / steps_per_epoch for k, v in sums.items()}}
+        record = {
+            "epoch": epoch + 1,
+            **{f"train_{k}": v / steps_per_epoch for k, v in sums.items()},
+        }
         val_metrics = evaluate(state, val.images, val.labels)
-        record.update(val_accuracy=val_metrics["accuracy"], val_loss=val_metrics["loss"],
-                      seconds=time.perf_counter() - started)
+        record.update(
+            val_accuracy=val_metrics["accuracy"],
+            val_loss=val_metrics["loss"],
+            seconds=time.perf_counter() - started,
+        )
         history.append(record)
         log(
             f"{name} epoch {epoch + 1}/{config.epochs}: train loss {record['train_loss']:.4f} "
@@ -87,4 +102,6 @@ def fit(
             best_acc, best_epoch = val_metrics["accuracy"], epoch + 1
             best = jax.device_get((state.params, state.batch_stats))
     params, batch_stats = jax.tree.map(jnp.asarray, best)
-    return FitResult(state.replace(params=params, batch_stats=batch_stats), history, best_epoch, best_acc)
+    return FitResult(
+        state.replace(params=params, batch_stats=batch_stats), history, best_epoch, best_acc
+    )

@@ -6,7 +6,9 @@ import numpy as np
 from jax.typing import ArrayLike
 
 
-def wilson_interval(successes: int, total: int, z: float = 1.959963984540054) -> tuple[float, float]:
+def wilson_interval(
+    successes: int, total: int, z: float = 1.959963984540054
+) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (default 95 %); (0, 1) when total=0."""
     if total < 0 or not 0 <= successes <= max(total, 0):
         raise ValueError(f"need 0 <= {successes=} <= {total=}")
@@ -77,7 +79,10 @@ def robust_correct_by_steps(
 def per_class_accuracy(labels: ArrayLike, pred: ArrayLike, num_classes: int) -> list[dict]:
     """Accuracy per true class, each as a `rate`."""
     labels, pred = np.asarray(labels), np.asarray(pred)
-    return [rate(((pred == labels) & (labels == c)).sum(), (labels == c).sum()) for c in range(num_classes)]
+    return [
+        rate(((pred == labels) & (labels == c)).sum(), (labels == c).sum())
+        for c in range(num_classes)
+    ]
 
 
 def confusion_matrix(labels: ArrayLike, pred: ArrayLike, num_classes: int) -> np.ndarray:

@@ -35,7 +35,9 @@ def torch_default_init():
 def _torch_bias_init(fan_in: int):
     """PyTorch's default bias initialisation: uniform in +-1/sqrt(fan_in)."""
     bound = 1.0 / np.sqrt(fan_in)
-    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(
+        key, shape, dtype, -bound, bound
+    )
 
 
 def _dense(x: Array, features: int) -> Array:
@@ -51,9 +53,7 @@ class Conv3x3(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        kernel = self.param(
-            "kernel", torch_default_init(), (3, 3, x.shape[-1], self.features)
-        )
+        kernel = self.param("kernel", torch_default_init(), (3, 3, x.shape[-1], self.features))
         return conv2d_same(x, kernel.astype(x.dtype))
 
 

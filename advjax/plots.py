@@ -41,11 +41,19 @@ def training_curves(history: list[dict], title: str, path) -> None:
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.6))
     ax_loss.plot(epochs, [h["train_loss"] for h in history], "o-", label="train loss")
     ax_loss.plot(epochs, [h["val_loss"] for h in history], "s-", label="validation loss")
-    ax_acc.plot(epochs, [100 * h["train_accuracy"] for h in history], "o-", label="train accuracy (clean)")
+    ax_acc.plot(
+        epochs, [100 * h["train_accuracy"] for h in history], "o-", label="train accuracy (clean)"
+    )
     if "train_adv_accuracy" in history[0]:
-        ax_acc.plot(epochs, [100 * h["train_adv_accuracy"] for h in history], "^-",
-                    label="train accuracy (FGSM)")
-    ax_acc.plot(epochs, [100 * h["val_accuracy"] for h in history], "s-", label="validation accuracy")
+        ax_acc.plot(
+            epochs,
+            [100 * h["train_adv_accuracy"] for h in history],
+            "^-",
+            label="train accuracy (FGSM)",
+        )
+    ax_acc.plot(
+        epochs, [100 * h["val_accuracy"] for h in history], "s-", label="validation accuracy"
+    )
     ax_loss.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
     ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
     for ax in (ax_loss, ax_acc):
@@ -54,8 +62,15 @@ def training_curves(history: list[dict], title: str, path) -> None:
     save_figure(fig, path)
 
 
-def lines(series: dict[str, tuple[Sequence[float], Sequence[float]]], *, title: str, xlabel: str,
-          ylabel: str, path, markers: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None) -> None:
+def lines(
+    series: dict[str, tuple[Sequence[float], Sequence[float]]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    path,
+    markers: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+) -> None:
     """One line per named (x, y) series; optional reference points as unfilled markers."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, (x, y) in series.items():
@@ -68,8 +83,15 @@ def lines(series: dict[str, tuple[Sequence[float], Sequence[float]]], *, title: 
     save_figure(fig, path)
 
 
-def grouped_bars(groups: Sequence[str], bars: dict[str, Sequence[float]], *, title: str, ylabel: str,
-                 path, annotate: bool = True) -> None:
+def grouped_bars(
+    groups: Sequence[str],
+    bars: dict[str, Sequence[float]],
+    *,
+    title: str,
+    ylabel: str,
+    path,
+    annotate: bool = True,
+) -> None:
     """Bars grouped by `groups`, one colour per key of `bars`."""
     fig, ax = plt.subplots(figsize=(min(14, max(7, 0.3 * len(groups) * len(bars))), 4.5))
     width = 0.8 / len(bars)
@@ -78,14 +100,21 @@ def grouped_bars(groups: Sequence[str], bars: dict[str, Sequence[float]], *, tit
         rects = ax.bar(x + (i - (len(bars) - 1) / 2) * width, values, width, label=name)
         if annotate and len(groups) * len(bars) <= 16:
             ax.bar_label(rects, fmt="%.1f", fontsize=7)
-    ax.set_xticks(x, groups, rotation=20 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center")
+    ax.set_xticks(
+        x,
+        groups,
+        rotation=20 if len(groups) > 4 else 0,
+        ha="right" if len(groups) > 4 else "center",
+    )
     ax.set(title=title, ylabel=ylabel)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     save_figure(fig, path)
 
 
-def confusion_pair(matrices: dict[str, np.ndarray], class_names: Sequence[str], title: str, path) -> None:
+def confusion_pair(
+    matrices: dict[str, np.ndarray], class_names: Sequence[str], title: str, path
+) -> None:
     """Side-by-side confusion matrices (rows: true class, columns: predicted)."""
     fig, axes = plt.subplots(1, len(matrices), figsize=(6.2 * len(matrices), 5.4), squeeze=False)
     for ax, (name, m) in zip(axes[0], matrices.items()):
@@ -93,8 +122,15 @@ def confusion_pair(matrices: dict[str, np.ndarray], class_names: Sequence[str], 
         im = ax.imshow(m, cmap="Blues")
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
-                ax.text(j, i, str(m[i, j]), ha="center", va="center", fontsize=7,
-                        color="white" if m[i, j] > m.max() / 2 else "black")
+                ax.text(
+                    j,
+                    i,
+                    str(m[i, j]),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if m[i, j] > m.max() / 2 else "black",
+                )
         ax.set_xticks(range(len(class_names)), class_names, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(len(class_names)), class_names, fontsize=8)
         ax.set(title=name, xlabel="predicted class", ylabel="true class")
@@ -103,23 +139,38 @@ def confusion_pair(matrices: dict[str, np.ndarray], class_names: Sequence[str], 
     save_figure(fig, path)
 
 
-def adversarial_grid(x: np.ndarray, x_adv: np.ndarray, labels: np.ndarray, clean_pred: np.ndarray,
-                     adv_pred: np.ndarray, class_names: Sequence[str], *, magnify: float, title: str,
-                     path) -> None:
+def adversarial_grid(
+    x: np.ndarray,
+    x_adv: np.ndarray,
+    labels: np.ndarray,
+    clean_pred: np.ndarray,
+    adv_pred: np.ndarray,
+    class_names: Sequence[str],
+    *,
+    magnify: float,
+    title: str,
+    path,
+) -> None:
     """Columns of clean image / magnified perturbation / adversarial image, with predictions."""
     n = len(x)
     fig, axes = plt.subplots(3, n, figsize=(1.45 * n, 4.9), squeeze=False)
     delta = x_adv - x
     for i in range(n):
         panels = (x[i], np.clip(0.5 + magnify * delta[i], 0, 1), x_adv[i])
-        texts = (f"true {class_names[labels[i]]}\npred {class_names[clean_pred[i]]}",
-                 f"|d|max {255 * np.abs(delta[i]).max():.1f}/255",
-                 f"pred {class_names[adv_pred[i]]}")
+        texts = (
+            f"true {class_names[labels[i]]}\npred {class_names[clean_pred[i]]}",
+            f"|d|max {255 * np.abs(delta[i]).max():.1f}/255",
+            f"pred {class_names[adv_pred[i]]}",
+        )
         for r in range(3):
             ax = axes[r, i]
             ax.imshow(panels[r], interpolation="nearest")
             ax.set_xticks([]), ax.set_yticks([])
-            ax.set_title(texts[r], fontsize=7, color="red" if r == 2 and adv_pred[i] != labels[i] else "black")
+            ax.set_title(
+                texts[r],
+                fontsize=7,
+                color="red" if r == 2 and adv_pred[i] != labels[i] else "black",
+            )
     for r, name in enumerate(("clean", f"perturbation x{magnify:g}", "adversarial")):
         axes[r, 0].set_ylabel(name, fontsize=8)
     fig.suptitle(title)

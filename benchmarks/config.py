@@ -121,14 +121,21 @@ class WorkloadSpec:
 WORKLOADS: tuple[WorkloadSpec, ...] = (
     WorkloadSpec("train", "train step", "train", torch_workload="train"),
     WorkloadSpec(
-        "fgsm_at", "FGSM adversarial training, clean+adv", "train", mode="fgsm",
+        "fgsm_at",
+        "FGSM adversarial training, clean+adv",
+        "train",
+        mode="fgsm",
         torch_workload="fgsm_at_mix",
     ),
     WorkloadSpec("fgsm", "FGSM on {n} images", "fgsm", torch_workload="fgsm"),
     WorkloadSpec("pgd", "PGD-{steps} on {n} images, 1 restart", "pgd", torch_workload="pgd"),
     WorkloadSpec(
-        "pgd4", "PGD-{steps} on {n} images, 4 restarts", "pgd", restarts=4,
-        torch_divisor=4, torch_from="pgd",
+        "pgd4",
+        "PGD-{steps} on {n} images, 4 restarts",
+        "pgd",
+        restarts=4,
+        torch_divisor=4,
+        torch_from="pgd",
     ),
     WorkloadSpec("infer", "clean inference on {n} images", "infer", torch_workload="infer"),
 )

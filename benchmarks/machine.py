@@ -53,6 +53,7 @@ def load_average() -> list[float] | None:
 
 def git_revision(repo: str) -> dict:
     """HEAD's commit of `repo` and whether tracked files differ from it."""
+
     def git(*args: str) -> str:
         return subprocess.run(
             ["git", "-C", repo, *args], capture_output=True, text=True, timeout=30, check=True

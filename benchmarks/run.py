@@ -27,15 +27,16 @@ LAYOUT_FLAGS = {"nchw": False, "channels_last": True}
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """Command-line flags; torch paths default to $ADVJAX_TORCH_PYTHON / $ADVJAX_TORCH_REFERENCE."""
     python, reference = default_paths(REPO)
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.run", description=__doc__.split("\n")[0]
-    )
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="few reps and images (~2 min idle)")
     p.add_argument("--reps", type=int, help="measured reps per framework and workload, all rounds")
     p.add_argument("--rounds", type=int, help="times the workload list is repeated, alternating")
     p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results"))
-    p.add_argument("--workloads", default=",".join(s.key for s in WORKLOADS),
-                   help="comma-separated subset of: " + ", ".join(s.key for s in WORKLOADS))
+    p.add_argument(
+        "--workloads",
+        default=",".join(s.key for s in WORKLOADS),
+        help="comma-separated subset of: " + ", ".join(s.key for s in WORKLOADS),
+    )
     p.add_argument("--no-torch", action="store_true", help="JAX only")
     p.add_argument("--torch-python", default=python)
     p.add_argument("--torch-reference", default=reference)
@@ -107,8 +108,9 @@ def measure(config: BenchConfig, specs: list[WorkloadSpec], peer: TorchPeer | No
             if peer is None or torch_workload is None:
                 continue
             for layout, channels_last in LAYOUT_FLAGS.items():
-                r = run_reference(peer, torch_workload, config.reps_per_round, config,
-                                  channels_last=channels_last)
+                r = run_reference(
+                    peer, torch_workload, config.reps_per_round, config, channels_last=channels_last
+                )
                 torch_runs[spec.key][layout].append(r)
                 shown = r["error"] if "error" in r else f"{r['ips_median']:.1f} img/s (median)"
                 print(f"{tag}: PyTorch {layout} {shown}", flush=True)
@@ -136,9 +138,13 @@ def build_rows(
             "mflop_per_image": mflop,
             "torch_divisor": spec.torch_divisor,
             "jax": report.summarize_jax(
-                run["times"], run["first"], images_per_rep=images,
-                calls_per_rep=config.train_steps if train else 1, mflop_per_image=mflop,
-                peak_gflops=peak, peak_rss_mib=run["rss"],
+                run["times"],
+                run["first"],
+                images_per_rep=images,
+                calls_per_rep=config.train_steps if train else 1,
+                mflop_per_image=mflop,
+                peak_gflops=peak,
+                peak_rss_mib=run["rss"],
             ),
             "torch": {
                 layout: report.merge_torch(raw["torch"][source][layout], spec.torch_divisor)
@@ -165,8 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_torch:
         note = "--no-torch given"
     else:
-        candidate = TorchPeer(args.torch_python, os.path.abspath(args.torch_reference),
-                              args.threads or machine["usable_cores"], args.torch_timeout)
+        candidate = TorchPeer(
+            args.torch_python,
+            os.path.abspath(args.torch_reference),
+            args.threads or machine["usable_cores"],
+            args.torch_timeout,
+        )
         torch_version, why = check_peer(candidate)
         peer, note = (candidate, None) if torch_version else (None, why)
     if note:

@@ -46,7 +46,9 @@ def check_peer(peer: TorchPeer) -> tuple[str | None, str]:
     try:
         probe = subprocess.run(
             [peer.python, "-c", "import torch; print(torch.__version__)"],
-            capture_output=True, text=True, timeout=300,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     except (OSError, subprocess.SubprocessError) as error:
         return None, f"cannot run {peer.python}: {error}"
@@ -62,9 +64,12 @@ def reference_args(workload: str, reps: int, config: BenchConfig) -> list[str]:
     if workload in ("train", "fgsm_at_adv", "fgsm_at_mix"):
         return args + ["--batch", str(config.train_batch), "--steps", str(config.train_steps)]
     return args + [
-        "--batch", str(config.eval_batch),
-        "--n_eval", str(config.n_eval),
-        "--pgd_steps", str(config.pgd_steps),
+        "--batch",
+        str(config.eval_batch),
+        "--n_eval",
+        str(config.n_eval),
+        "--pgd_steps",
+        str(config.pgd_steps),
     ]
 
 
@@ -86,7 +91,9 @@ def run_reference(
         try:
             subprocess.run(
                 [peer.python, "-c", _LAUNCHER, str(peer.timeout_s), usage, log, *argv],
-                stdin=subprocess.DEVNULL, check=True, timeout=peer.timeout_s + 120,
+                stdin=subprocess.DEVNULL,
+                check=True,
+                timeout=peer.timeout_s + 120,
             )
             with open(usage) as f:
                 child = json.load(f)

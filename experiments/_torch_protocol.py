@@ -63,16 +63,31 @@ def main() -> None:
             opt.step()
             sched.step()
         val_correct, eval_correct = accuracy(x_val, y_val), accuracy(x_eval, y_eval)
-        record = {"epoch": epoch + 1, "val_correct": val_correct, "val_total": len(y_val),
-                  "eval_correct": eval_correct, "eval_total": len(y_eval),
-                  "seconds": time.perf_counter() - started}
+        record = {
+            "epoch": epoch + 1,
+            "val_correct": val_correct,
+            "val_total": len(y_val),
+            "eval_correct": eval_correct,
+            "eval_total": len(y_eval),
+            "seconds": time.perf_counter() - started,
+        }
         history.append(record)
         print(json.dumps(record), flush=True)
         if val_correct > best[0]:
             best = (val_correct, epoch + 1, eval_correct)
-    print(json.dumps({"summary": True, "torch": torch.__version__, "history": history,
-                      "best_val_correct": best[0], "best_epoch": best[1],
-                      "eval_correct_at_best": best[2]}), flush=True)
+    print(
+        json.dumps(
+            {
+                "summary": True,
+                "torch": torch.__version__,
+                "history": history,
+                "best_val_correct": best[0],
+                "best_epoch": best[1],
+                "eval_correct_at_best": best[2],
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

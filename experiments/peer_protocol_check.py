@@ -33,9 +33,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_torch(args, split_path: Path) -> dict:
     """Run `_torch_protocol.py` in the PyTorch environment; return its summary."""
-    command = [args.torch_python, str(Path(__file__).with_name("_torch_protocol.py")),
-               "--peer-dir", str(Path(args.peer).resolve().parent), "--split", str(split_path),
-               "--epochs", str(args.epochs)] + (["--no-augment"] if args.no_augment else [])
+    command = [
+        args.torch_python,
+        str(Path(__file__).with_name("_torch_protocol.py")),
+        "--peer-dir",
+        str(Path(args.peer).resolve().parent),
+        "--split",
+        str(split_path),
+        "--epochs",
+        str(args.epochs),
+    ] + (["--no-augment"] if args.no_augment else [])
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     summary = None
     for line in process.stdout:
@@ -43,8 +50,11 @@ def run_torch(args, split_path: Path) -> dict:
         if record.get("summary"):
             summary = record
         else:
-            print(f"torch epoch {record['epoch']}: val {record['val_correct']}/{record['val_total']}"
-                  f" eval {record['eval_correct']}/{record['eval_total']} ({record['seconds']:.0f}s)", flush=True)
+            print(
+                f"torch epoch {record['epoch']}: val {record['val_correct']}/{record['val_total']}"
+                f" eval {record['eval_correct']}/{record['eval_total']} ({record['seconds']:.0f}s)",
+                flush=True,
+            )
     if process.wait() != 0 or summary is None:
         raise RuntimeError(f"PyTorch run failed (exit {process.returncode}): {' '.join(command)}")
     summary["command"] = command
@@ -52,14 +62,23 @@ def run_torch(args, split_path: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--data-dir", default=None)
     p.add_argument("--epochs", type=int, default=STANDARD.epochs)
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--with-advjax", action="store_true")
-    p.add_argument("--torch-python", default=os.environ.get("ADVJAX_TORCH_PYTHON", str(ROOT / ".torchvenv/bin/python")))
-    p.add_argument("--peer", default=os.environ.get("ADVJAX_TORCH_REFERENCE",
-                                                    str(ROOT.parent / "shared/peers/torch_reference.py")))
+    p.add_argument(
+        "--torch-python",
+        default=os.environ.get("ADVJAX_TORCH_PYTHON", str(ROOT / ".torchvenv/bin/python")),
+    )
+    p.add_argument(
+        "--peer",
+        default=os.environ.get(
+            "ADVJAX_TORCH_REFERENCE", str(ROOT.parent / "shared/peers/torch_reference.py")
+        ),
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     config = StudyConfig()
@@ -67,13 +86,23 @@ def main(argv: list[str] | None = None) -> dict:
     splits = study_splits(data.train_labels, data.test_labels, seed=config.seed)
     setting = "no_augment" if args.no_augment else "augment"
     out = Path(args.out or ROOT / "results" / "peer_protocol_check" / f"{setting}.json")
-    result = {"command": "python -m experiments.peer_protocol_check " + " ".join(argv or sys.argv[1:]),
-              "setting": setting, "epochs": args.epochs, "environment": environment()}
+    result = {
+        "command": "python -m experiments.peer_protocol_check " + " ".join(argv or sys.argv[1:]),
+        "setting": setting,
+        "epochs": args.epochs,
+        "environment": environment(),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         split_path = Path(tmp) / "split.npz"
-        np.savez(split_path, x_train=data.train_images[splits.train], y_train=data.train_labels[splits.train],
-                 x_val=data.train_images[splits.val], y_val=data.train_labels[splits.val],
-                 x_eval=data.test_images[splits.eval], y_eval=data.test_labels[splits.eval])
+        np.savez(
+            split_path,
+            x_train=data.train_images[splits.train],
+            y_train=data.train_labels[splits.train],
+            x_val=data.train_images[splits.val],
+            y_val=data.train_labels[splits.val],
+            x_eval=data.test_images[splits.eval],
+            y_eval=data.test_labels[splits.eval],
+        )
         started = time.perf_counter()
         result["torch"] = run_torch(args, split_path)
         result["torch"]["seconds"] = time.perf_counter() - started
@@ -83,13 +112,21 @@ def main(argv: list[str] | None = None) -> dict:
         spec = dataclasses.replace(STANDARD, epochs=args.epochs)
         tc = dataclasses.replace(train_config(config, spec), augment=not args.no_augment)
         started = time.perf_counter()
-        fitted = fit(tc, Batch(data.train_images[splits.train], data.train_labels[splits.train]),
-                     Batch(data.train_images[splits.val], data.train_labels[splits.val]), name="advjax")
+        fitted = fit(
+            tc,
+            Batch(data.train_images[splits.train], data.train_labels[splits.train]),
+            Batch(data.train_images[splits.val], data.train_labels[splits.val]),
+            name="advjax",
+        )
         x_eval = data.test_images[splits.eval]
         clean = evaluate(fitted.state, x_eval, data.test_labels[splits.eval])
-        result["advjax"] = {"history": fitted.history, "best_epoch": fitted.best_epoch,
-                            "best_val_accuracy": fitted.best_val_accuracy, "eval_at_best": clean,
-                            "seconds": time.perf_counter() - started}
+        result["advjax"] = {
+            "history": fitted.history,
+            "best_epoch": fitted.best_epoch,
+            "best_val_accuracy": fitted.best_val_accuracy,
+            "eval_at_best": clean,
+            "seconds": time.perf_counter() - started,
+        }
     atomic_write_json(out, result)
     print(f"wrote {out}")
     return result

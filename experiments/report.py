@@ -22,9 +22,11 @@ def _ref(results: dict, model: str, key: str, eps: str) -> str:
 
 def main_table(results: dict) -> str:
     """Clean vs robust accuracy and attack success per model / attack / eps, reference beside."""
-    rows = ["| model | attack | eps | clean acc | robust acc (95 % CI) | reference robust | "
-            "attack success (flipped / correct) | reference success |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| model | attack | eps | clean acc | robust acc (95 % CI) | reference robust | "
+        "attack success (flipped / correct) | reference success |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, m in results["models"].items():
         ref_model = name if name in results["reference"] else None
         for attack, per_eps in m["attacks"].items():
@@ -40,27 +42,36 @@ def main_table(results: dict) -> str:
 
 def counts_table(results: dict) -> str:
     """'755 correct -> 30 under FGSM -> 0 under PGD' per model and eps."""
-    rows = ["| model | eps | correct clean | still correct under FGSM | still correct under PGD |",
-            "|---|---|---|---|---|"]
+    rows = [
+        "| model | eps | correct clean | still correct under FGSM | still correct under PGD |",
+        "|---|---|---|---|---|",
+    ]
     for m in results["models"].values():
         for eps in m["attacks"]["pgd"]:
             f, p = m["attacks"]["fgsm"][eps], m["attacks"]["pgd"][eps]
             total = p["clean_accuracy"]["total"]
-            rows.append(f"| {m['label']} | {eps}/255 | {p['clean_accuracy']['count']:,}/{total:,} | "
-                        f"{f['robust_accuracy']['count']:,} | {p['robust_accuracy']['count']:,} |")
+            rows.append(
+                f"| {m['label']} | {eps}/255 | {p['clean_accuracy']['count']:,}/{total:,} | "
+                f"{f['robust_accuracy']['count']:,} | {p['robust_accuracy']['count']:,} |"
+            )
     return "\n".join(rows)
 
 
 def training_table(results: dict) -> str:
-    rows = ["| model | training images | epochs | best epoch | best val acc | reference best val | "
-            "clean test acc | reference clean | train time (s) |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| model | training images | epochs | best epoch | best val acc | reference best val | "
+        "clean test acc | reference clean | train time (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, m in results["models"].items():
         t, ref = m["training"], results["reference"].get(name, {})
         ref_val = f"{100 * ref['best_val_accuracy']:.2f} %" if "best_val_accuracy" in ref else ""
         ref_clean = f"{100 * ref['clean_accuracy']:.2f} %" if "clean_accuracy" in ref else ""
-        rows.append(f"| {m['label']} | {t['train_size']:,} | {m['spec']['epochs']} | {t['best_epoch']} | "
-                    f"{100 * t['best_val_accuracy']:.2f} % | {ref_val} | {_pct(m['clean_accuracy'])} | "
-                    f"{ref_clean} | {t['seconds']:.0f} |")
+        rows.append(
+            f"| {m['label']} | {t['train_size']:,} | {m['spec']['epochs']} | {t['best_epoch']} | "
+            f"{100 * t['best_val_accuracy']:.2f} % | {ref_val} | {_pct(m['clean_accuracy'])} | "
+            f"{ref_clean} | {t['seconds']:.0f} |"
+        )
     return "\n".join(rows)
 
 
@@ -73,21 +84,28 @@ def tables_markdown(results: dict) -> str:
         "Robust accuracy counts an example as robust only if it is classified correctly both clean and "
         "after the attack; attack success rate = flipped / initially correct. Reference numbers: the "
         "reproduced PyTorch study.",
-        "## Training", training_table(results),
-        "## Clean vs robust accuracy and attack success", main_table(results),
-        "## Counts", counts_table(results),
+        "## Training",
+        training_table(results),
+        "## Clean vs robust accuracy and attack success",
+        main_table(results),
+        "## Counts",
+        counts_table(results),
     ]
     if "matched_defense_clean_cost" in results:
         std, adv = results["models"]["standard"], results["models"]["fgsm_matched"]
-        parts += ["## Matched-budget finding",
-                  f"With the same 15,000 images and 12 epochs, FGSM adversarial training costs "
-                  f"{100 * results['matched_defense_clean_cost']:.1f} points of clean accuracy "
-                  f"({_pct(std['clean_accuracy'])} -> {_pct(adv['clean_accuracy'])}); PGD 8/255 robust accuracy "
-                  f"goes {_pct(std['attacks']['pgd'][max(std['attacks']['pgd'], key=float)]['robust_accuracy'])} -> "
-                  f"{_pct(adv['attacks']['pgd'][max(adv['attacks']['pgd'], key=float)]['robust_accuracy'])}."]
-    parts += ["## Wall time per phase (s)",
-              "| phase | seconds |\n|---|---|\n" + "\n".join(
-                  f"| {k} | {v:.0f} |" for k, v in results["timings_seconds"].items())]
+        parts += [
+            "## Matched-budget finding",
+            f"With the same 15,000 images and 12 epochs, FGSM adversarial training costs "
+            f"{100 * results['matched_defense_clean_cost']:.1f} points of clean accuracy "
+            f"({_pct(std['clean_accuracy'])} -> {_pct(adv['clean_accuracy'])}); PGD 8/255 robust accuracy "
+            f"goes {_pct(std['attacks']['pgd'][max(std['attacks']['pgd'], key=float)]['robust_accuracy'])} -> "
+            f"{_pct(adv['attacks']['pgd'][max(adv['attacks']['pgd'], key=float)]['robust_accuracy'])}.",
+        ]
+    parts += [
+        "## Wall time per phase (s)",
+        "| phase | seconds |\n|---|---|\n"
+        + "\n".join(f"| {k} | {v:.0f} |" for k, v in results["timings_seconds"].items()),
+    ]
     return "\n\n".join(parts) + "\n"
 
 
@@ -104,54 +122,123 @@ def figures(results: dict, out: Path, class_names, sample_images: np.ndarray | N
     eps_values = [float(e) for e in next(iter(models.values()))["attacks"]["pgd"]]
     top = max(next(iter(models.values()))["attacks"]["pgd"], key=float)
     if sample_images is not None:
-        plots.image_grid(sample_images, class_names, "CIFAR-10 evaluation subset: samples per class", path("samples_per_class.png"))
+        plots.image_grid(
+            sample_images,
+            class_names,
+            "CIFAR-10 evaluation subset: samples per class",
+            path("samples_per_class.png"),
+        )
     for name, m in models.items():
-        plots.training_curves(m["training"]["history"], f"Training curves: {m['label']}", path(f"training_curves_{name}.png"))
-    for metric, fname, ylabel in (("robust_accuracy", "robust_accuracy_vs_eps.png", "robust accuracy (%)"),
-                                  ("attack_success_rate", "attack_success_vs_eps.png", "attack success rate (%)")):
+        plots.training_curves(
+            m["training"]["history"],
+            f"Training curves: {m['label']}",
+            path(f"training_curves_{name}.png"),
+        )
+    for metric, fname, ylabel in (
+        ("robust_accuracy", "robust_accuracy_vs_eps.png", "robust accuracy (%)"),
+        ("attack_success_rate", "attack_success_vs_eps.png", "attack success rate (%)"),
+    ):
         series, refs = {}, {}
         for name, m in models.items():
             for attack, per_eps in m["attacks"].items():
                 series[f"{m['label']} / {ATTACK_NAMES[attack]}"] = (
-                    eps_values, [100 * per_eps[e][metric]["value"] for e in per_eps])
-                ref = results["reference"].get(name, {}).get(attack if metric == "robust_accuracy" else f"{attack}_success")
+                    eps_values,
+                    [100 * per_eps[e][metric]["value"] for e in per_eps],
+                )
+                ref = (
+                    results["reference"]
+                    .get(name, {})
+                    .get(attack if metric == "robust_accuracy" else f"{attack}_success")
+                )
                 if ref:
-                    refs[f"reference {name} / {ATTACK_NAMES[attack]}"] = (list(ref), [100 * v for v in ref.values()])
-        plots.lines(series, markers=refs, title=f"{metric.replace('_', ' ').capitalize()} vs eps (L-inf, white-box)",
-                    xlabel="eps (/255)", ylabel=ylabel, path=path(fname))
+                    refs[f"reference {name} / {ATTACK_NAMES[attack]}"] = (
+                        list(ref),
+                        [100 * v for v in ref.values()],
+                    )
+        plots.lines(
+            series,
+            markers=refs,
+            title=f"{metric.replace('_', ' ').capitalize()} vs eps (L-inf, white-box)",
+            xlabel="eps (/255)",
+            ylabel=ylabel,
+            path=path(fname),
+        )
     labels = [m["label"] for m in models.values()]
-    plots.grouped_bars(labels, {
-        "clean": [100 * m["clean_accuracy"]["value"] for m in models.values()],
-        f"FGSM {top}/255": [100 * m["attacks"]["fgsm"][top]["robust_accuracy"]["value"] for m in models.values()],
-        f"PGD {top}/255": [100 * m["attacks"]["pgd"][top]["robust_accuracy"]["value"] for m in models.values()],
-    }, title="Clean vs robust accuracy trade-off", ylabel="accuracy (%)", path=path("clean_vs_robust.png"))
+    plots.grouped_bars(
+        labels,
+        {
+            "clean": [100 * m["clean_accuracy"]["value"] for m in models.values()],
+            f"FGSM {top}/255": [
+                100 * m["attacks"]["fgsm"][top]["robust_accuracy"]["value"] for m in models.values()
+            ],
+            f"PGD {top}/255": [
+                100 * m["attacks"]["pgd"][top]["robust_accuracy"]["value"] for m in models.values()
+            ],
+        },
+        title="Clean vs robust accuracy trade-off",
+        ylabel="accuracy (%)",
+        path=path("clean_vs_robust.png"),
+    )
     for name, m in models.items():
-        plots.confusion_pair({"clean": m["confusion"]["clean"], f"PGD {top}/255": m["confusion"][f"pgd_{top}"]},
-                             class_names, f"Confusion matrices: {m['label']}", path(f"confusion_{name}.png"))
+        plots.confusion_pair(
+            {"clean": m["confusion"]["clean"], f"PGD {top}/255": m["confusion"][f"pgd_{top}"]},
+            class_names,
+            f"Confusion matrices: {m['label']}",
+            path(f"confusion_{name}.png"),
+        )
     nonzero = [e for e in next(iter(models.values()))["attacks"]["pgd"] if float(e) > 0]
     for eps in sorted({min(nonzero, key=float), top}, key=float):
-        bars = {f"{m['label']} clean": [100 * r["value"] for r in m["per_class"]["clean"]] for m in models.values()}
-        bars.update({f"{m['label']} PGD {eps}/255": [100 * r["value"] for r in m["per_class"][f"pgd_{eps}"]]
-                     for m in models.values()})
-        plots.grouped_bars(list(class_names), bars, title=f"Per-class accuracy, clean and under PGD {eps}/255",
-                           ylabel="accuracy (%)", path=path(f"per_class_accuracy_pgd_{eps}.png"), annotate=False)
+        bars = {
+            f"{m['label']} clean": [100 * r["value"] for r in m["per_class"]["clean"]]
+            for m in models.values()
+        }
+        bars.update(
+            {
+                f"{m['label']} PGD {eps}/255": [
+                    100 * r["value"] for r in m["per_class"][f"pgd_{eps}"]
+                ]
+                for m in models.values()
+            }
+        )
+        plots.grouped_bars(
+            list(class_names),
+            bars,
+            title=f"Per-class accuracy, clean and under PGD {eps}/255",
+            ylabel="accuracy (%)",
+            path=path(f"per_class_accuracy_pgd_{eps}.png"),
+            annotate=False,
+        )
     steps_series = {}
     for m in models.values():
         for eps, curve in m["pgd_steps_curve"].items():
             if float(eps) > 0:
                 total = m["clean_accuracy"]["total"]
-                steps_series[f"{m['label']} eps {eps}/255"] = (list(range(len(curve))), [100 * c / total for c in curve])
-    plots.lines(steps_series, title="PGD robust accuracy vs number of steps (first-break tracking)",
-                xlabel="PGD steps", ylabel="robust accuracy (%)", path=path("pgd_robust_accuracy_vs_steps.png"))
+                steps_series[f"{m['label']} eps {eps}/255"] = (
+                    list(range(len(curve))),
+                    [100 * c / total for c in curve],
+                )
+    plots.lines(
+        steps_series,
+        title="PGD robust accuracy vs number of steps (first-break tracking)",
+        xlabel="PGD steps",
+        ylabel="robust accuracy (%)",
+        path=path("pgd_robust_accuracy_vs_steps.png"),
+    )
     for name, m in models.items():
         with np.load(out / "attacks" / f"{name}.npz") as saved:
             k = min(8, len(saved["x_clean"]))
             magnify = 10.0
             plots.adversarial_grid(
-                saved["x_clean"][:k], saved[f"pgd_{top}_x_adv"][:k], saved["labels"][:k], saved["clean_pred"][:k],
-                saved[f"pgd_{top}_pred"][:k], class_names, magnify=magnify,
+                saved["x_clean"][:k],
+                saved[f"pgd_{top}_x_adv"][:k],
+                saved["labels"][:k],
+                saved["clean_pred"][:k],
+                saved[f"pgd_{top}_pred"][:k],
+                class_names,
+                magnify=magnify,
                 title=f"{m['label']}: PGD {top}/255 (perturbation magnified x{magnify:g}, shown around grey)",
-                path=path(f"adversarial_examples_{name}.png"))
+                path=path(f"adversarial_examples_{name}.png"),
+            )
     return written
 
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import io
+import os
 import platform
 import shutil
 import subprocess
@@ -66,7 +67,9 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
     val = Batch(data.train_images[splits.val], data.train_labels[splits.val])
     log(f"[train] {spec.name}: {spec.mode} on {len(idx):,} images, {spec.epochs} epochs")
     started = time.perf_counter()
-    result = fit(train_config(config, spec), train, val, show_progress=show_progress, log=log, name=spec.name)
+    result = fit(
+        train_config(config, spec), train, val, show_progress=show_progress, log=log, name=spec.name
+    )
     seconds = time.perf_counter() - started
     variables = {"params": result.state.params, "batch_stats": result.state.batch_stats}
     metadata = {
@@ -103,15 +106,25 @@ def attack_phase(config, spec, ckpt: Path, x, y, out: Path, show_progress, log) 
     logits_fn = eval_logits_fn(model, variables)
     started = time.perf_counter()
     arrays = {"config_digest": np.array(digest), "labels": y, "clean_pred": predict(logits_fn, x)}
-    root = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), _ATTACK_STREAM), model_stream(spec))
+    root = jax.random.fold_in(
+        jax.random.fold_in(jax.random.key(config.seed), _ATTACK_STREAM), model_stream(spec)
+    )
     keep = config.saved_examples
     arrays["x_clean"] = x[:keep]
     for a, attack in enumerate(ATTACKS):
-        fn = make_attack_fn(logits_fn, attack, steps=config.pgd_steps, restarts=config.pgd_restarts,
-                            step_fraction=config.pgd_step_fraction)
+        fn = make_attack_fn(
+            logits_fn,
+            attack,
+            steps=config.pgd_steps,
+            restarts=config.pgd_restarts,
+            step_fraction=config.pgd_step_fraction,
+        )
         for e, eps in enumerate(config.eps_list):
             run = attack_dataset(
-                fn, x, y, eps,
+                fn,
+                x,
+                y,
+                eps,
                 key=jax.random.fold_in(jax.random.fold_in(root, a), e),
                 batch_size=config.attack_batch_size,
                 keep_adv=keep,
@@ -124,8 +137,10 @@ def attack_phase(config, spec, ckpt: Path, x, y, out: Path, show_progress, log) 
             if run.broken_step is not None:
                 arrays[f"{name}_broken_step"] = run.broken_step
             summary = metrics.attack_summary(y, arrays["clean_pred"], run.predictions)
-            log(f"[attack] {spec.name} {attack} eps {eps_label(eps)}/255: robust "
-                + metrics.format_rate(summary["robust_accuracy"]))
+            log(
+                f"[attack] {spec.name} {attack} eps {eps_label(eps)}/255: robust "
+                + metrics.format_rate(summary["robust_accuracy"])
+            )
     arrays["seconds"] = np.array(time.perf_counter() - started)
     arrays["git_revision"] = np.array(environment()["git_revision"] or "")
     buffer = io.BytesIO()
@@ -134,7 +149,9 @@ def attack_phase(config, spec, ckpt: Path, x, y, out: Path, show_progress, log) 
     return path
 
 
-def summarise_model(config: StudyConfig, spec: ModelSpec, ckpt: Path, attacks_path: Path, num_classes: int) -> dict:
+def summarise_model(
+    config: StudyConfig, spec: ModelSpec, ckpt: Path, attacks_path: Path, num_classes: int
+) -> dict:
     """Every number of one model, with counts, from its checkpoint and attack records."""
     meta = read_checkpoint(ckpt)["metadata"]
     with np.load(attacks_path) as saved:
@@ -142,8 +159,18 @@ def summarise_model(config: StudyConfig, spec: ModelSpec, ckpt: Path, attacks_pa
         summary = {
             "label": spec.label,
             "spec": dataclasses.asdict(spec),
-            "training": {k: meta[k] for k in ("history", "best_epoch", "best_val_accuracy", "train_size",
-                                              "train_fingerprint", "seconds", "git_revision")},
+            "training": {
+                k: meta[k]
+                for k in (
+                    "history",
+                    "best_epoch",
+                    "best_val_accuracy",
+                    "train_size",
+                    "train_fingerprint",
+                    "seconds",
+                    "git_revision",
+                )
+            },
             "attack_git_revision": str(saved["git_revision"]),
             "clean_accuracy": metrics.rate((clean == y).sum(), len(y)),
             "attacks": {},
@@ -159,12 +186,17 @@ def summarise_model(config: StudyConfig, spec: ModelSpec, ckpt: Path, attacks_pa
                 pred = saved[f"{name}_pred"]
                 s = metrics.attack_summary(y, clean, pred)
                 summary["attacks"][attack][eps_label(eps)] = s
-                summary["per_class"][name] = metrics.per_class_accuracy(y, np.where(clean == y, pred, -1), num_classes)
+                summary["per_class"][name] = metrics.per_class_accuracy(
+                    y, np.where(clean == y, pred, -1), num_classes
+                )
                 if eps == max(config.eps_list):
-                    summary["confusion"][name] = metrics.confusion_matrix(y, pred, num_classes).tolist()
+                    summary["confusion"][name] = metrics.confusion_matrix(
+                        y, pred, num_classes
+                    ).tolist()
                 if f"{name}_broken_step" in saved:
                     summary["pgd_steps_curve"][eps_label(eps)] = metrics.robust_correct_by_steps(
-                        y, clean, saved[f"{name}_broken_step"], config.pgd_steps)
+                        y, clean, saved[f"{name}_broken_step"], config.pgd_steps
+                    )
     return summary
 
 
@@ -177,8 +209,13 @@ def environment() -> dict:
 
     def git(*args):
         try:
-            return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
-                                  cwd=Path(__file__).parent).stdout.strip()
+            return subprocess.run(
+                ["git", *args],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=Path(__file__).parent,
+            ).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             return None
 
@@ -186,7 +223,7 @@ def environment() -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
-        "cpu_count": __import__("os").cpu_count(),
+        "cpu_count": os.cpu_count(),
         "jax_backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
         "versions": {m.__name__: m.__version__ for m in (jax, flax, optax, chex, np, matplotlib)},
@@ -195,8 +232,16 @@ def environment() -> dict:
     }
 
 
-def run_study(config: StudyConfig, out_dir, *, data_dir=None, force=False, show_progress=True,
-              command: str = "", log=print) -> dict:
+def run_study(
+    config: StudyConfig,
+    out_dir,
+    *,
+    data_dir=None,
+    force=False,
+    show_progress=True,
+    command: str = "",
+    log=print,
+) -> dict:
     """Run (or resume) every phase and write `results.json`; return the results."""
     out = Path(out_dir)
     if force:
@@ -205,8 +250,14 @@ def run_study(config: StudyConfig, out_dir, *, data_dir=None, force=False, show_
     timings = {}
     started = time.perf_counter()
     data = load_cifar10(data_dir)
-    splits = study_splits(data.train_labels, data.test_labels, train_size=config.train_size,
-                          val_size=config.val_size, eval_size=config.eval_size, seed=config.seed)
+    splits = study_splits(
+        data.train_labels,
+        data.test_labels,
+        train_size=config.train_size,
+        val_size=config.val_size,
+        eval_size=config.eval_size,
+        seed=config.seed,
+    )
     timings["load_data"] = time.perf_counter() - started
     x_eval = np.asarray(to_float(data.test_images[splits.eval]))
     y_eval = data.test_labels[splits.eval]
@@ -233,17 +284,27 @@ def run_study(config: StudyConfig, out_dir, *, data_dir=None, force=False, show_
             "eval_indices": splits.eval.tolist(),
         },
         "threat_model": {
-            "norm": "linf", "space": "pixels in [0, 1]", "knowledge": "white-box gradients",
-            "goal": "untargeted misclassification", "eps": list(config.eps_list),
-            "pgd": {"steps": config.pgd_steps, "step_size": f"{config.pgd_step_fraction:g} * eps", "restarts": config.pgd_restarts,
-                    "random_start": "uniform in the eps-ball"},
+            "norm": "linf",
+            "space": "pixels in [0, 1]",
+            "knowledge": "white-box gradients",
+            "goal": "untargeted misclassification",
+            "eps": list(config.eps_list),
+            "pgd": {
+                "steps": config.pgd_steps,
+                "step_size": f"{config.pgd_step_fraction:g} * eps",
+                "restarts": config.pgd_restarts,
+                "random_start": "uniform in the eps-ball",
+            },
         },
         "models": models,
         "reference": REFERENCE_RESULTS,
         "timings_seconds": timings,
     }
     if {"standard", "fgsm_matched"} <= models.keys():
-        cost = (models["standard"]["clean_accuracy"]["value"] - models["fgsm_matched"]["clean_accuracy"]["value"])
+        cost = (
+            models["standard"]["clean_accuracy"]["value"]
+            - models["fgsm_matched"]["clean_accuracy"]["value"]
+        )
         results["matched_defense_clean_cost"] = cost
     atomic_write_json(out / "results.json", results)
     return results

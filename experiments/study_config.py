@@ -19,7 +19,9 @@ class ModelSpec:
 
 
 STANDARD = ModelSpec("standard", "standard", 15000, 12, "Standard CNN")
-FGSM_REFERENCE = ModelSpec("fgsm_reference", "fgsm", 8000, 5, "FGSM-AT, reference budget (8k, 5 ep)")
+FGSM_REFERENCE = ModelSpec(
+    "fgsm_reference", "fgsm", 8000, 5, "FGSM-AT, reference budget (8k, 5 ep)"
+)
 FGSM_MATCHED = ModelSpec("fgsm_matched", "fgsm", 15000, 12, "FGSM-AT, matched budget (15k, 12 ep)")
 
 
@@ -51,11 +53,15 @@ class StudyConfig:
         check_eps(self.train_eps)
         for spec in self.models:
             if spec.train_size > self.train_size:
-                raise ValueError(f"{spec.name}: train_size {spec.train_size} > study's {self.train_size}")
+                raise ValueError(
+                    f"{spec.name}: train_size {spec.train_size} > study's {self.train_size}"
+                )
         if not 0 < self.pgd_step_fraction <= 1:
             raise ValueError(f"pgd_step_fraction={self.pgd_step_fraction} must be in (0, 1]")
         if self.pgd_steps < 1 or self.pgd_restarts < 1:
-            raise ValueError(f"pgd_steps={self.pgd_steps} and pgd_restarts={self.pgd_restarts} must be >= 1")
+            raise ValueError(
+                f"pgd_steps={self.pgd_steps} and pgd_restarts={self.pgd_restarts} must be >= 1"
+            )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -79,8 +85,14 @@ class StudyConfig:
         return _hash(d)
 
 
-_ATTACK_FIELDS = ("eps_list", "pgd_steps", "pgd_restarts", "pgd_step_fraction", "attack_batch_size",
-                  "saved_examples")
+_ATTACK_FIELDS = (
+    "eps_list",
+    "pgd_steps",
+    "pgd_restarts",
+    "pgd_step_fraction",
+    "attack_batch_size",
+    "saved_examples",
+)
 
 
 def _hash(obj) -> str:

@@ -391,11 +391,12 @@ def attacked(trained_model):
     model, variables, x, y = trained_model
     logits_fn = eval_logits_fn(model, variables)
     x_fgsm = jax.jit(lambda x, y: fgsm(logits_fn, x, y, EPS))(x, y)
-    result = jax.jit(
-        lambda x, y, key: pgd_search(logits_fn, x, y, EPS, key=key, steps=PGD_STEPS)
-    )(x, y, jax.random.key(7))
-    logits = {name: logits_fn(z) for name, z in
-              (("clean", x), ("fgsm", x_fgsm), ("pgd", result.x_adv))}
+    result = jax.jit(lambda x, y, key: pgd_search(logits_fn, x, y, EPS, key=key, steps=PGD_STEPS))(
+        x, y, jax.random.key(7)
+    )
+    logits = {
+        name: logits_fn(z) for name, z in (("clean", x), ("fgsm", x_fgsm), ("pgd", result.x_adv))
+    }
     return dict(x=x, y=y, x_fgsm=x_fgsm, pgd=result, logits=logits)
 
 

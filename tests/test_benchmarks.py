@@ -45,24 +45,60 @@ def test_reference_args_use_the_same_sizes():
 
 def _fake_result() -> dict:
     jax_row = report.summarize_jax(
-        [1.0, 2.0, 3.0], 10.0, images_per_rep=100, calls_per_rep=1, mflop_per_image=58.9,
-        peak_gflops=100.0, peak_rss_mib=500.0,
+        [1.0, 2.0, 3.0],
+        10.0,
+        images_per_rep=100,
+        calls_per_rep=1,
+        mflop_per_image=58.9,
+        peak_gflops=100.0,
+        peak_rss_mib=500.0,
     )
-    torch_run = {"times_s": [2.0, 2.0], "items_per_rep": 100, "first_run_s": 3.0,
-                 "peak_rss_mib": 400.0, "torch": "2.13.0"}
+    torch_run = {
+        "times_s": [2.0, 2.0],
+        "items_per_rep": 100,
+        "first_run_s": 3.0,
+        "peak_rss_mib": 400.0,
+        "torch": "2.13.0",
+    }
     peers = {"nchw": report.merge_torch([torch_run], 4), "channels_last": None}
-    row = {"key": "pgd4", "label": "PGD", "batch": 50, "torch_divisor": 4, "jax": jax_row,
-           "torch": peers}
+    row = {
+        "key": "pgd4",
+        "label": "PGD",
+        "batch": 50,
+        "torch_divisor": 4,
+        "jax": jax_row,
+        "torch": peers,
+    }
     row["ratio"] = report.ratios(row)
     peak = {"size": 8, "gflops_median": 100.0}
-    machine = {"timestamp": "t", "git": {"commit": "abc", "dirty": False}, "cpu_model": "cpu",
-               "usable_cores": 2, "cpu_count": 2, "memory_gib": 1, "platform": "p",
-               "load_average_start": None, "xla_flags": "",
-               "versions": {k: "0" for k in ("jax", "jaxlib", "flax", "optax")}}
-    return {"command": "c", "profile": "quick", "machine": machine, "rows": [row],
-            "config": {"reps": 3, "rounds": 1, "train_steps": 1, "train_batch": 1, "n_eval": 100,
-                       "eval_batch": 50, "pgd_steps": 20},
-            "matmul_peak": {"peak_gflops": 100.0, "start": peak, "end": peak}}
+    machine = {
+        "timestamp": "t",
+        "git": {"commit": "abc", "dirty": False},
+        "cpu_model": "cpu",
+        "usable_cores": 2,
+        "cpu_count": 2,
+        "memory_gib": 1,
+        "platform": "p",
+        "load_average_start": None,
+        "xla_flags": "",
+        "versions": {k: "0" for k in ("jax", "jaxlib", "flax", "optax")},
+    }
+    return {
+        "command": "c",
+        "profile": "quick",
+        "machine": machine,
+        "rows": [row],
+        "config": {
+            "reps": 3,
+            "rounds": 1,
+            "train_steps": 1,
+            "train_batch": 1,
+            "n_eval": 100,
+            "eval_batch": 50,
+            "pgd_steps": 20,
+        },
+        "matmul_peak": {"peak_gflops": 100.0, "start": peak, "end": peak},
+    }
 
 
 def test_summaries_ratio_and_table(tmp_path):

@@ -8,7 +8,9 @@ import pytest
 from experiments import cifar_robustness
 from experiments.study_config import profile
 
-needs_data = pytest.mark.skipif(not os.environ.get("ADVJAX_DATA_DIR"), reason="ADVJAX_DATA_DIR not set")
+needs_data = pytest.mark.skipif(
+    not os.environ.get("ADVJAX_DATA_DIR"), reason="ADVJAX_DATA_DIR not set"
+)
 
 
 @pytest.fixture(scope="module")

@@ -250,8 +250,10 @@ def test_fit_returns_the_epoch_with_the_best_validation_accuracy(monkeypatch):
     """With validation accuracies 0.2, 0.5, 0.3 over three epochs, fit reports epoch 2 and
     returns epoch 2's parameters (not the last epoch's); history has one record per epoch."""
     rng = np.random.default_rng(0)
-    train = Batch(rng.integers(0, 256, (32, 32, 32, 3), dtype=np.uint8),
-                  rng.integers(0, 10, 32).astype(np.int32))
+    train = Batch(
+        rng.integers(0, 256, (32, 32, 32, 3), dtype=np.uint8),
+        rng.integers(0, 10, 32).astype(np.int32),
+    )
     val = Batch(train.images[:8], train.labels[:8])
     scripted = iter([0.2, 0.5, 0.3])
     params_by_epoch = []
@@ -290,8 +292,10 @@ def test_fit_with_the_same_seed_gives_bit_identical_weights_and_history(mode):
     """Every random choice (init, shuffles, augmentation, dropout, FGSM) derives from the
     config's seed: two fits with the same seed agree exactly; another seed differs."""
     rng = np.random.default_rng(1)
-    train = Batch(rng.integers(0, 256, (48, 32, 32, 3), dtype=np.uint8),
-                  rng.integers(0, 10, 48).astype(np.int32))
+    train = Batch(
+        rng.integers(0, 256, (48, 32, 32, 3), dtype=np.uint8),
+        rng.integers(0, 10, 48).astype(np.int32),
+    )
     val = Batch(train.images[:16], train.labels[:16])
 
     def run(seed):
@@ -299,8 +303,13 @@ def test_fit_with_the_same_seed_gives_bit_identical_weights_and_history(mode):
         return fit(config, train, val, show_progress=False, log=lambda _: None)
 
     first, second, other = run(7), run(7), run(8)
-    chex.assert_trees_all_equal(jax.device_get(first.state.params), jax.device_get(second.state.params))
+    chex.assert_trees_all_equal(
+        jax.device_get(first.state.params), jax.device_get(second.state.params)
+    )
     assert [{k: v for k, v in r.items() if k != "seconds"} for r in first.history] == [
-        {k: v for k, v in r.items() if k != "seconds"} for r in second.history]
+        {k: v for k, v in r.items() if k != "seconds"} for r in second.history
+    ]
     with pytest.raises(AssertionError):
-        chex.assert_trees_all_equal(jax.device_get(first.state.params), jax.device_get(other.state.params))
+        chex.assert_trees_all_equal(
+            jax.device_get(first.state.params), jax.device_get(other.state.params)
+        )
