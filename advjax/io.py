@@ -1,10 +1,13 @@
 """Atomic file writes: write to a temporary file beside the target, then rename."""
 
+import io
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -32,3 +35,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Write `obj` as indented JSON, atomically."""
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def atomic_write_npz(path: str | os.PathLike, **arrays: Any) -> Path:
+    """Write `arrays` as a compressed .npz, atomically."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return atomic_write_bytes(path, buffer.getvalue())

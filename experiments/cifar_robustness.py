@@ -13,7 +13,7 @@ import tempfile
 
 from advjax.data import DATA_DIR_ENV
 from experiments.report import write_report
-from experiments.study import class_samples, run_study
+from experiments.study import run_study
 from experiments.study_config import profile
 
 
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
         show_progress=not args.no_progress,
         command=command,
     )
-    write_report(results, out, sample_images=class_samples(args.data_dir, results))
+    write_report(results, out)
     print(f"wrote {out}/results.json")
     return results
 

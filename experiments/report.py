@@ -7,6 +7,7 @@ import numpy as np
 from advjax import plots
 from advjax.io import atomic_write_text
 from advjax.metrics import format_rate
+from experiments.study import SAMPLES_FILE
 
 ATTACK_NAMES = {"fgsm": "FGSM", "pgd": "PGD"}
 
@@ -242,8 +243,13 @@ def figures(results: dict, out: Path, class_names, sample_images: np.ndarray | N
     return written
 
 
-def write_report(results: dict, out, sample_images: np.ndarray | None = None) -> None:
-    """Write tables.md and figures/*.png beside results.json."""
+def write_report(results: dict, out) -> None:
+    """Write tables.md and figures/*.png from results.json and the files beside it."""
     out = Path(out)
     atomic_write_text(out / "tables.md", tables_markdown(results))
-    figures(results, out, results["data"]["class_names"], sample_images)
+    samples_path = out / SAMPLES_FILE
+    samples = None
+    if samples_path.exists():
+        with np.load(samples_path) as saved:
+            samples = saved["images"].astype(np.float32) / 255.0
+    figures(results, out, results["data"]["class_names"], samples)

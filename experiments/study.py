@@ -1,7 +1,6 @@
 """The CIFAR-10 robustness study's phases: train, attack, aggregate; each resumable."""
 
 import dataclasses
-import io
 import os
 import platform
 import shutil
@@ -20,7 +19,7 @@ from advjax.checkpoint import read_checkpoint, save_checkpoint
 from advjax.data import Cifar10, fingerprint, load_cifar10, stratified_indices, study_splits
 from advjax.evaluate import ATTACKS, attack_dataset, make_attack_fn, predict
 from advjax.fit import fit
-from advjax.io import atomic_write_bytes, atomic_write_json
+from advjax.io import atomic_write_json, atomic_write_npz
 from advjax.model import CompactCNN, eval_logits_fn
 from advjax.train import Batch, TrainConfig, load_checkpoint
 from experiments.study_config import REFERENCE_RESULTS, ModelSpec, StudyConfig
@@ -143,10 +142,7 @@ def attack_phase(config, spec, ckpt: Path, x, y, out: Path, show_progress, log) 
             )
     arrays["seconds"] = np.array(time.perf_counter() - started)
     arrays["git_revision"] = np.array(environment()["git_revision"] or "")
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, **arrays)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
+    return atomic_write_npz(path, **arrays)
 
 
 def summarise_model(
@@ -259,6 +255,7 @@ def run_study(
         seed=config.seed,
     )
     timings["load_data"] = time.perf_counter() - started
+    save_class_samples(out / SAMPLES_FILE, data, splits.eval)
     x_eval = np.asarray(to_float(data.test_images[splits.eval]))
     y_eval = data.test_labels[splits.eval]
     models = {}
@@ -310,10 +307,11 @@ def run_study(
     return results
 
 
-def class_samples(data_dir, results: dict, per_class: int = 8) -> np.ndarray:
-    """(classes, per_class, 32, 32, 3) float images: the first evaluation images of each class."""
-    data = load_cifar10(data_dir)
-    idx = np.asarray(results["data"]["eval_indices"])
-    labels = data.test_labels[idx]
-    rows = [idx[labels == c][:per_class] for c in range(len(data.class_names))]
-    return np.stack([data.test_images[r] for r in rows]).astype(np.float32) / 255.0
+SAMPLES_FILE = "class_samples.npz"
+
+
+def save_class_samples(path: Path, data: Cifar10, eval_idx: np.ndarray, per_class: int = 8) -> None:
+    """Save the first `per_class` evaluation images of each class (uint8) for the report."""
+    labels = data.test_labels[eval_idx]
+    rows = [eval_idx[labels == c][:per_class] for c in range(len(data.class_names))]
+    atomic_write_npz(path, images=np.stack([data.test_images[r] for r in rows]))
