@@ -144,8 +144,32 @@ def _track(state: _SearchState, step, losses: Array, logits: Array, y: Array) ->
     )
 
 
+def _random_start(key: jax.Array, x: Array, eps) -> Array:
+    """Uniform noise in the eps-ball: one draw for the batch (scalar key) or one per example."""
+    if key.ndim == 0:
+        return jax.random.uniform(key, x.shape, x.dtype, minval=-eps, maxval=eps)
+    return jax.vmap(lambda k: jax.random.uniform(k, x.shape[1:], x.dtype, minval=-eps, maxval=eps))(
+        key
+    )
+
+
+def restart_keys(key: jax.Array, restarts: int, first_restart: int = 0) -> jax.Array:
+    """Keys of restarts first_restart .. first_restart + restarts - 1, shape (restarts,) + key.shape.
+
+    A scalar key is split; per-example keys (shape (batch,)) give restart r of example i
+    the key `fold_in(key[i], r)`, so each example's random starts depend on its own key
+    alone, not on the batch it is in (replayable case by case), and restarts can run one
+    at a time (`first_restart`) with the same starts as all at once.
+    """
+    if key.ndim == 0:
+        return jax.random.split(key, first_restart + restarts)[first_restart:]
+    return jax.vmap(lambda r: jax.vmap(lambda k: jax.random.fold_in(k, r))(key))(
+        first_restart + jnp.arange(restarts)
+    )
+
+
 def _pgd_single_restart(logits_fn, x, y, eps, step_size, steps, key) -> _SearchState:
-    delta = jax.random.uniform(key, x.shape, x.dtype, minval=-eps, maxval=eps)
+    delta = _random_start(key, x, eps)
     x0 = jnp.clip(x + delta, 0.0, 1.0)
     init = _SearchState(
         x_adv=x0,
@@ -189,12 +213,14 @@ def pgd_search(
     steps: int = 20,
     step_size: float | ArrayLike | None = None,
     restarts: int = 1,
+    first_restart: int = 0,
 ) -> PGDResult:
     """L-inf PGD with per-example first-break tracking; see `pgd` for the arguments.
 
     Returns a `PGDResult` holding the adversarial batch, the step at which each example
     first broke in each restart, and the final loss, so that attack-budget curves (robust
-    accuracy against steps and restarts) come out of one run.
+    accuracy against steps and restarts) come out of one run. `first_restart` numbers the
+    restarts from there (their keys, see `restart_keys`), to run them one at a time.
     """
     check_eps(eps)
     _check_positive_int("steps", steps)
@@ -204,7 +230,20 @@ def pgd_search(
     x, y = _check_inputs(x, y)
     eps = jnp.asarray(eps, x.dtype)
     step_size = eps / 4 if step_size is None else jnp.asarray(step_size, x.dtype)
-    keys = jax.random.split(key, restarts)
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)  # legacy uint32 keys, shape (2,) or (batch, 2)
+    if key.ndim not in (0, 1) or (key.ndim == 1 and key.shape[0] != y.shape[0]):
+        raise ValueError(
+            f"key must be one PRNG key or one per example (shape ({y.shape[0]},)), "
+            f"got shape {key.shape}"
+        )
+    if (
+        isinstance(first_restart, bool)
+        or not isinstance(first_restart, numbers.Integral)
+        or first_restart < 0
+    ):
+        raise ValueError(f"first_restart={first_restart!r} must be an integer >= 0")
+    keys = restart_keys(key, restarts, first_restart)
     states = jax.vmap(lambda k: _pgd_single_restart(logits_fn, x, y, eps, step_size, steps, k))(
         keys
     )
@@ -237,7 +276,8 @@ def pgd(
       x: float batch of inputs in [0, 1], leading axis the examples.
       y: integer true labels, shape (batch,).
       eps: L-inf budget in pixel units, in [0, 1]; eps=0 returns x unchanged.
-      key: PRNG key for the random starts (split once per restart).
+      key: PRNG key for the random starts: one key (split once per restart) or one
+        key per example, shape (batch,) (restart r of example i uses fold_in(key[i], r)).
       steps: number of gradient steps, >= 1.
       step_size: step in pixel units; default eps / 4.
       restarts: number of random restarts, >= 1, run with `jax.vmap`.

@@ -327,10 +327,21 @@ class RecordLog:
         if created:
             _fsync_dir(self.path.parent)
         self._keys: set = set()
+        self._hashes: dict[tuple[str, str], set] = {}
         for number, record in enumerate(records, start=1):
             if record.key in self._keys:
                 raise RecordError(f"{self.path}:{number}: duplicate record for {record.key}")
             self._keys.add(record.key)
+            self._note_hashes(record)
+
+    def _note_hashes(self, record: CaseRecord) -> None:
+        self._hashes.setdefault((record.model, record.attack), set()).add(
+            (record.model_hash, record.attack_config_hash, record.threat_model_hash)
+        )
+
+    def hashes(self, model: str, attack: str) -> set:
+        """(model_hash, attack_config_hash, threat_model_hash) of that model's attack records."""
+        return set(self._hashes.get((model, attack), ()))
 
     @property
     def keys(self) -> frozenset:
@@ -379,6 +390,8 @@ class RecordLog:
         finally:
             os.close(fd)
         self._keys |= seen
+        for record in batch:
+            self._note_hashes(record)
         return len(batch)
 
 

@@ -1,0 +1,180 @@
+"""Attack campaigns into record logs: resume, replay, equivalence with the batched attack."""
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from advjax.aggregate import aggregate_records, find_group
+from advjax.attacks import pgd_search
+from advjax.campaign import AttackSpec, replay_record, run_attack
+from advjax.keys import case_keys, key_from_path
+from advjax.model import eval_logits_fn
+from advjax.records import RecordLog, read_records
+from advjax.threat_model import ThreatModel, format_eps
+
+from conftest import make_linear_batch, make_linear_logits_fn
+
+EPS = (0.0, 2 / 255, 8 / 255)
+TM = ThreatModel(eps=EPS, steps=10, restarts=3)
+PGD = AttackSpec(name="pgd", method="pgd", eps=EPS, steps=10, restarts=3, batch_size=64)
+FGSM = AttackSpec(name="fgsm", method="fgsm", eps=EPS, batch_size=64)
+ROOT = [7, "attack"]
+
+
+def _run(log, spec, logits_fn, x, y, ids=None, **kw):
+    return run_attack(
+        log,
+        threat_model=kw.pop("threat_model", TM),
+        spec=spec,
+        model="m",
+        model_hash=kw.pop("model_hash", "h0"),
+        logits_fn=logits_fn,
+        x=x,
+        y=y,
+        case_ids=np.arange(len(y)) if ids is None else ids,
+        root_path=ROOT,
+        show_progress=False,
+        log_line=lambda _: None,
+        **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def cnn(trained_model):
+    model, variables, x, y = trained_model
+    return eval_logits_fn(model, variables), np.asarray(x[:100]), np.asarray(y[:100])
+
+
+@pytest.fixture(scope="module")
+def cnn_records(cnn, tmp_path_factory):
+    logits_fn, x, y = cnn
+    path = tmp_path_factory.mktemp("campaign") / "records.jsonl"
+    log = RecordLog(path)
+    _run(log, FGSM, logits_fn, x, y)
+    _run(log, PGD, logits_fn, x, y)
+    return path
+
+
+def test_one_record_per_case_attack_and_eps_with_every_field(cnn, cnn_records):
+    records = read_records(cnn_records)
+    _, x, y = cnn
+    assert len(records) == 2 * len(EPS) * len(y)
+    assert len({r.key for r in records}) == len(records)
+    for r in records:
+        assert r.key_path[:2] == tuple(ROOT) and r.key_path[-1] == r.case_id
+        assert r.linf <= r.eps + 1e-6 and r.threat_model_hash == TM.digest()
+        assert 1 <= r.queries <= (PGD.max_queries() if r.attack == "pgd" else 1)
+
+
+def test_sequential_restarts_equal_all_restarts_at_once(cnn, cnn_records):
+    """Running restarts one by one over the unbroken cases decides every case as the
+    vmapped all-restarts search does: same prediction, same first breaking restart and step."""
+    logits_fn, x, y = cnn
+    eps = 2 / 255
+    keys = case_keys(key_from_path([*ROOT, "m", "pgd", format_eps(eps)]), np.arange(len(y)))
+    result = pgd_search(logits_fn, x, y, eps, key=keys, steps=PGD.steps, restarts=PGD.restarts)
+    pred = np.asarray(jax.numpy.argmax(logits_fn(result.x_adv), -1))
+    broken = np.asarray(result.broken_step)
+    records = {r.case_id: r for r in read_records(cnn_records) if r.attack == "pgd" and r.eps == eps}
+    assert [records[i].adv_pred for i in range(len(y))] == pred.tolist()
+    for i in range(len(y)):
+        hit = np.flatnonzero(broken[:, i] >= 0)
+        expected = (int(broken[hit[0], i]), int(hit[0])) if len(hit) else (None, None)
+        assert (records[i].first_break_step, records[i].first_break_restart) == expected
+    assert 0 < sum(r.status == "success" for r in records.values()) < len(y)
+
+
+def test_any_record_replays_bit_exactly_alone(cnn, cnn_records):
+    logits_fn, x, y = cnn
+    records = read_records(cnn_records)
+    chosen = []
+    for status in ("success", "failed", "skipped_clean_wrong"):
+        for attack in ("pgd", "fgsm"):
+            chosen += [r for r in records if r.status == status and r.attack == attack][:1]
+    chosen += [r for r in records if r.first_break_restart and r.first_break_restart > 0][:1]
+    assert len(chosen) >= 6
+    for r in chosen:
+        spec = PGD if r.attack == "pgd" else FGSM
+        again = replay_record(
+            r, threat_model=TM, spec=spec, logits_fn=logits_fn, x=x[r.case_id], y=int(y[r.case_id])
+        )
+        assert again.to_dict() == r.to_dict()
+
+
+def test_aggregates_from_records_match_direct_counts(cnn, cnn_records):
+    logits_fn, x, y = cnn
+    groups = aggregate_records(read_records(cnn_records), num_classes=10)
+    clean = np.asarray(jax.numpy.argmax(logits_fn(x), -1)) == y
+    for attack in ("fgsm", "pgd"):
+        for eps in EPS:
+            g = find_group(groups, model="m", attack=attack, eps=eps)
+            assert g["clean_accuracy"]["count"] == clean.sum()
+            assert g["robust_accuracy"]["total"] == len(y)
+        zero = find_group(groups, model="m", attack=attack, eps=0.0)
+        assert zero["robust_accuracy"]["count"] == clean.sum()
+
+
+def test_killed_run_resumes_without_duplicates_and_equals_uninterrupted(tmp_path):
+    logits_fn = make_linear_logits_fn()
+    x, y = make_linear_batch(n=40)
+    spec = dataclasses.replace(PGD, batch_size=16)
+    whole = RecordLog(tmp_path / "whole.jsonl")
+    _run(whole, spec, logits_fn, x, y)
+    part_path = tmp_path / "part.jsonl"
+    part = RecordLog(part_path)
+    _run(part, spec, logits_fn, x[:13], y[:13])
+    with open(part_path, "ab") as f:  # a write cut short by a kill
+        f.write(b'{"case_id": 13, "true_cl')
+    resumed = RecordLog(part_path)
+    assert resumed.dropped_bytes > 0
+    written = _run(resumed, spec, logits_fn, x, y)
+    assert written == (len(y) - 13) * len(EPS)
+    assert _run(resumed, spec, logits_fn, x, y) == 0
+    by_key = {r.key: r.to_dict() for r in read_records(tmp_path / "whole.jsonl", strict=True)}
+    again = {r.key: r.to_dict() for r in read_records(part_path, strict=True)}
+    assert again == by_key
+
+
+def test_attack_outside_the_threat_model_or_without_one_is_refused(tmp_path):
+    logits_fn = make_linear_logits_fn()
+    x, y = make_linear_batch(n=4)
+    log = RecordLog(tmp_path / "r.jsonl")
+    with pytest.raises(ValueError, match="refuses to start"):
+        _run(log, FGSM, logits_fn, x, y, threat_model=None)
+    for spec, match in [
+        (dataclasses.replace(PGD, eps=(4 / 255,)), "eps 4/255 not declared"),
+        (dataclasses.replace(PGD, steps=11), "steps 11 > declared 10"),
+        (dataclasses.replace(PGD, restarts=4), "restarts 4 > declared 3"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            _run(log, spec, logits_fn, x, y)
+    assert len(log) == 0
+
+
+def test_records_of_another_model_version_in_the_same_file_are_refused(tmp_path):
+    logits_fn = make_linear_logits_fn()
+    x, y = make_linear_batch(n=4)
+    log = RecordLog(tmp_path / "r.jsonl")
+    _run(log, FGSM, logits_fn, x, y)
+    with pytest.raises(ValueError, match="other .* hashes"):
+        _run(log, FGSM, logits_fn, x, y, model_hash="h1")
+
+
+def test_transfer_attack_crafts_on_the_surrogate_and_scores_the_target(tmp_path):
+    target, surrogate = make_linear_logits_fn(0), make_linear_logits_fn(1)
+    x, y = make_linear_batch(n=32)
+    spec = AttackSpec(
+        name="transfer_pgd", method="pgd", eps=(8 / 255,), steps=10, batch_size=16, source="s"
+    )
+    log = RecordLog(tmp_path / "r.jsonl")
+    _run(log, spec, target, x, y, source_fn=surrogate, source_hash="hs")
+    records = read_records(tmp_path / "r.jsonl")
+    assert len(records) == 32 and all(r.first_break_step is None for r in records)
+    keys = case_keys(key_from_path([*ROOT, "m", "transfer_pgd", "8/255"]), np.arange(32))
+    x_adv = pgd_search(surrogate, x, y, 8 / 255, key=keys, steps=10).x_adv
+    pred = np.asarray(jax.numpy.argmax(target(x_adv), -1))
+    assert [r.adv_pred for r in sorted(records, key=lambda r: r.case_id)] == pred.tolist()
+    assert json.loads(records[0].to_json())["attack_config_hash"] == spec.config_hash("hs")
