@@ -16,10 +16,12 @@ How cases are counted, per (model, attack, eps) group of n records:
   `advjax.metrics.attack_summary`'s robust accuracy;
 - attack success rate = success / (success + failed + budget_exhausted): the share of
   initially-correct, validly attacked cases that the attack broke;
-- budget curves: robust accuracy after k = 0..K steps counts a case as broken when its
-  status is success and first_break_step <= k; after r = 1..R restarts when its status is
-  success and first_break_restart < r. So the curves end at the final robust accuracy and
-  come from one run. They are None for a group whose success records lack that tracking.
+- budget curves: robust accuracy after k = 0..K steps of the first restart counts a case
+  as broken when its status is success and restart 0 broke it within k steps; after
+  r = 1..R restarts (each of the full K steps) when its status is success and
+  first_break_restart < r. So the steps curve ends at the robust accuracy of one restart,
+  the restarts curve at the final robust accuracy, both from one run. They are None for
+  a group whose success records lack that tracking.
 """
 
 import hashlib
@@ -120,10 +122,17 @@ def _budget(value: int | Mapping[str, int] | None, attack: str) -> int | None:
     return value
 
 
+def _first_restart_break(record: CaseRecord) -> int | None:
+    """The step at which the first restart broke the case, None if it did not."""
+    if record.break_steps_by_restart is not None:
+        return record.break_steps_by_restart[0]
+    return record.first_break_step if record.first_break_restart == 0 else None
+
+
 def budget_curves(
     records: Sequence[CaseRecord], *, steps: int | None = None, restarts: int | None = None
 ) -> dict:
-    """Robust accuracy against steps k = 0..K and restarts r = 1..R, from first-break tracking.
+    """Robust accuracy against steps k = 0..K (first restart) and restarts r = 1..R.
 
     Args:
       records: one group's records.
@@ -155,9 +164,9 @@ def budget_curves(
     if restarts is None:
         lengths = [len(r.break_steps_by_restart) for r in records if r.break_steps_by_restart]
         restarts = max(lengths, default=1 + max((r.first_break_restart for r in broken), default=0))
+    first = [_first_restart_break(r) for r in broken]
     curves["steps"] = [
-        rate(robust + sum(r.first_break_step > k for r in broken), len(valid))
-        for k in range(steps + 1)
+        rate(robust + sum(s is None or s > k for s in first), len(valid)) for k in range(steps + 1)
     ]
     curves["restarts"] = [
         rate(robust + sum(r.first_break_restart >= n for r in broken), len(valid))

@@ -324,14 +324,20 @@ def attack_group(
     eps: float,
     group_path: Sequence[int | str],
     show_progress: bool = False,
+    on_x_adv: Callable[[dict], None] | None = None,
 ) -> int:
-    """Attack the given cases at one eps, appending each record once final; return how many."""
+    """Attack the given cases at one eps, appending each record once final; return how many.
+
+    `on_x_adv`, if given, receives {case_id: adversarial input} of every final case.
+    """
     keys = case_keys(key_from_path(group_path), case_ids)
     bar = Progress(len(y), f"[attack] {model} {spec.name} eps {format_eps(eps)}", show_progress)
     written = 0
 
     def on_final(done: np.ndarray, state: _Pending) -> None:
         nonlocal written
+        if on_x_adv is not None:
+            on_x_adv({int(case_ids[i]): state.x_adv[i].copy() for i in done})
         run = state.by_restart[:, done]
         written += log.append(
             records_from_arrays(

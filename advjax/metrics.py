@@ -61,21 +61,6 @@ def attack_summary(labels: ArrayLike, clean_pred: ArrayLike, adv_pred: ArrayLike
     }
 
 
-def robust_correct_by_steps(
-    labels: ArrayLike, clean_pred: ArrayLike, broken_step: ArrayLike, steps: int
-) -> list[int]:
-    """Number still correct after k = 0..steps attack steps, from first-break steps.
-
-    `broken_step` has shape (restarts, n): the step at which each restart first
-    misclassified the example, -1 if never. An example counts as correct after k steps
-    if it was correctly classified clean and no restart broke it at a step <= k.
-    """
-    labels, clean_pred, broken_step = (np.asarray(a) for a in (labels, clean_pred, broken_step))
-    clean_ok = clean_pred == labels
-    first = np.where(broken_step >= 0, broken_step, np.iinfo(np.int32).max).min(axis=0)
-    return [int((clean_ok & (first > k)).sum()) for k in range(steps + 1)]
-
-
 def per_class_accuracy(labels: ArrayLike, pred: ArrayLike, num_classes: int) -> list[dict]:
     """Accuracy per true class, each as a `rate`."""
     labels, pred = np.asarray(labels), np.asarray(pred)
@@ -90,13 +75,3 @@ def confusion_matrix(labels: ArrayLike, pred: ArrayLike, num_classes: int) -> np
     matrix = np.zeros((num_classes, num_classes), np.int64)
     np.add.at(matrix, (np.asarray(labels), np.asarray(pred)), 1)
     return matrix
-
-
-def robust_correct_by_restarts(
-    labels: ArrayLike, clean_pred: ArrayLike, broken_step: ArrayLike
-) -> list[int]:
-    """Number still correct using only the first r = 1..R restarts (any step)."""
-    labels, clean_pred, broken_step = (np.asarray(a) for a in (labels, clean_pred, broken_step))
-    broken_prefix = np.logical_or.accumulate(broken_step >= 0, axis=0)
-    clean_ok = clean_pred == labels
-    return [int((clean_ok & ~b).sum()) for b in broken_prefix]

@@ -348,6 +348,10 @@ class RecordLog:
         """(model, attack, eps, case_id) of every record in the file."""
         return frozenset(self._keys)
 
+    def read(self) -> list[CaseRecord]:
+        """Every record in the file, in file order."""
+        return read_records(self.path)
+
     def __contains__(self, key: tuple) -> bool:
         return key in self._keys
 

@@ -1,4 +1,4 @@
-"""The CIFAR-10 robustness study's phases: train, attack, aggregate; each resumable."""
+"""The CIFAR-10 robustness study's phases: train, attack into records, aggregate; resumable."""
 
 import dataclasses
 import os
@@ -7,29 +7,34 @@ import shutil
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import jax
 import numpy as np
 
-from advjax import metrics
 from advjax.augment import to_float
 from advjax.checkpoint import read_checkpoint, save_checkpoint
 from advjax.data import Cifar10, fingerprint, load_cifar10, stratified_indices, study_splits
-from advjax.evaluate import ATTACKS, attack_dataset, make_attack_fn, predict
 from advjax.fit import fit
 from advjax.io import atomic_write_json, atomic_write_npz
-from advjax.model import CompactCNN, eval_logits_fn
-from advjax.train import Batch, TrainConfig, load_checkpoint
+from advjax.model import CompactCNN
+from advjax.records import RecordLog
+from advjax.train import Batch, TrainConfig
+from experiments.evaluation import (
+    RECORDS_FILE,
+    SUMMARY_FILE,
+    attack_specs,
+    evaluate_model,
+    load_model,
+    model_results,
+    release_decision,
+    study_threat_model,
+    summarise_run,
+)
 from experiments.study_config import REFERENCE_RESULTS, ModelSpec, StudyConfig
 
-_SUBSET_STREAM, _ATTACK_STREAM = 100, 200
-
-
-def eps_label(eps: float) -> str:
-    """eps in pixel units as its /255 numerator, e.g. 8/255 -> '8'."""
-    return f"{eps * 255:g}"
+_SUBSET_STREAM = 100
+DEFAULT_POLICY = Path(__file__).parent / "release_policy.json"
 
 
 def train_config(config: StudyConfig, spec: ModelSpec) -> TrainConfig:
@@ -41,7 +46,7 @@ def train_config(config: StudyConfig, spec: ModelSpec) -> TrainConfig:
         weight_decay=config.weight_decay,
         dropout_rate=config.dropout_rate,
         adv_eps=config.train_eps,
-        seed=config.seed,
+        seed=config.seed if spec.seed is None else spec.seed,
     )
 
 
@@ -57,7 +62,7 @@ def model_train_indices(config: StudyConfig, spec: ModelSpec, data: Cifar10, tra
 def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log) -> Path:
     """Train one model unless a checkpoint of this exact config exists; return its path."""
     path = out / "checkpoints" / f"{spec.name}.msgpack"
-    digest = config.model_digest(spec, attacks=False)
+    digest = config.model_digest(spec)
     if path.exists() and read_checkpoint(path)["metadata"].get("config_digest") == digest:
         log(f"[train] {spec.name}: reusing {path}")
         return path
@@ -85,115 +90,6 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
     }
     save_checkpoint(path, CompactCNN(dropout_rate=config.dropout_rate), variables, metadata)
     return path
-
-
-def model_stream(spec: ModelSpec) -> int:
-    """A stable per-model PRNG stream id (independent of which other models run)."""
-    return zlib.crc32(spec.name.encode()) & 0x7FFFFFFF
-
-
-def attack_phase(config, spec, ckpt: Path, x, y, out: Path, show_progress, log) -> Path:
-    """FGSM and PGD at every eps on the evaluation subset; per-example results as .npz."""
-    path = out / "attacks" / f"{spec.name}.npz"
-    digest = config.model_digest(spec, attacks=True)
-    if path.exists():
-        with np.load(path) as saved:
-            if str(saved["config_digest"]) == digest:
-                log(f"[attack] {spec.name}: reusing {path}")
-                return path
-    model, variables = load_checkpoint(ckpt)
-    logits_fn = eval_logits_fn(model, variables)
-    started = time.perf_counter()
-    arrays = {"config_digest": np.array(digest), "labels": y, "clean_pred": predict(logits_fn, x)}
-    root = jax.random.fold_in(
-        jax.random.fold_in(jax.random.key(config.seed), _ATTACK_STREAM), model_stream(spec)
-    )
-    keep = config.saved_examples
-    arrays["x_clean"] = x[:keep]
-    for a, attack in enumerate(ATTACKS):
-        fn = make_attack_fn(
-            logits_fn,
-            attack,
-            steps=config.pgd_steps,
-            restarts=config.pgd_restarts,
-            step_fraction=config.pgd_step_fraction,
-        )
-        for e, eps in enumerate(config.eps_list):
-            run = attack_dataset(
-                fn,
-                x,
-                y,
-                eps,
-                key=jax.random.fold_in(jax.random.fold_in(root, a), e),
-                batch_size=config.attack_batch_size,
-                keep_adv=keep,
-                desc=f"[attack] {spec.name} {attack} eps {eps_label(eps)}/255",
-                show_progress=show_progress,
-            )
-            name = f"{attack}_{eps_label(eps)}"
-            arrays[f"{name}_pred"] = run.predictions
-            arrays[f"{name}_x_adv"] = run.x_adv
-            if run.broken_step is not None:
-                arrays[f"{name}_broken_step"] = run.broken_step
-            summary = metrics.attack_summary(y, arrays["clean_pred"], run.predictions)
-            log(
-                f"[attack] {spec.name} {attack} eps {eps_label(eps)}/255: robust "
-                + metrics.format_rate(summary["robust_accuracy"])
-            )
-    arrays["seconds"] = np.array(time.perf_counter() - started)
-    arrays["git_revision"] = np.array(environment()["git_revision"] or "")
-    return atomic_write_npz(path, **arrays)
-
-
-def summarise_model(
-    config: StudyConfig, spec: ModelSpec, ckpt: Path, attacks_path: Path, num_classes: int
-) -> dict:
-    """Every number of one model, with counts, from its checkpoint and attack records."""
-    meta = read_checkpoint(ckpt)["metadata"]
-    with np.load(attacks_path) as saved:
-        y, clean = saved["labels"], saved["clean_pred"]
-        summary = {
-            "label": spec.label,
-            "spec": dataclasses.asdict(spec),
-            "training": {
-                k: meta[k]
-                for k in (
-                    "history",
-                    "best_epoch",
-                    "best_val_accuracy",
-                    "train_size",
-                    "train_fingerprint",
-                    "seconds",
-                    "git_revision",
-                )
-            },
-            "attack_git_revision": str(saved["git_revision"]),
-            "clean_accuracy": metrics.rate((clean == y).sum(), len(y)),
-            "attacks": {},
-            "pgd_steps_curve": {},
-            "per_class": {"clean": metrics.per_class_accuracy(y, clean, num_classes)},
-            "confusion": {"clean": metrics.confusion_matrix(y, clean, num_classes).tolist()},
-            "attack_seconds": float(saved["seconds"]),
-        }
-        for attack in ATTACKS:
-            summary["attacks"][attack] = {}
-            for eps in config.eps_list:
-                name = f"{attack}_{eps_label(eps)}"
-                pred = saved[f"{name}_pred"]
-                s = metrics.attack_summary(y, clean, pred)
-                summary["attacks"][attack][eps_label(eps)] = s
-                summary["per_class"][name] = metrics.per_class_accuracy(
-                    y, np.where(clean == y, pred, -1), num_classes
-                )
-                if eps == max(config.eps_list):
-                    summary["confusion"][name] = metrics.confusion_matrix(
-                        y, pred, num_classes
-                    ).tolist()
-                if f"{name}_broken_step" in saved:
-                    summary["pgd_steps_curve"][eps_label(eps)] = metrics.robust_correct_by_steps(
-                        y, clean, saved[f"{name}_broken_step"], config.pgd_steps
-                    )
-    return summary
 
 
 def environment() -> dict:
@@ -236,13 +132,21 @@ def run_study(
     force=False,
     show_progress=True,
     command: str = "",
+    policy_path=DEFAULT_POLICY,
     log=print,
 ) -> dict:
-    """Run (or resume) every phase and write `results.json`; return the results."""
+    """Run (or resume) every phase; write records, results.json, summary.json and gate.txt.
+
+    The threat model is declared and printed before any model is attacked; every number
+    written is computed from `records.jsonl` alone.
+    """
     out = Path(out_dir)
     if force:
-        for sub in ("checkpoints", "attacks"):
-            shutil.rmtree(out / sub, ignore_errors=True)
+        for sub in ("checkpoints", "examples", RECORDS_FILE):
+            target = out / sub
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    threat_model = study_threat_model(config)
+    log(threat_model.describe())
     timings = {}
     started = time.perf_counter()
     data = load_cifar10(data_dir)
@@ -258,13 +162,55 @@ def run_study(
     save_class_samples(out / SAMPLES_FILE, data, splits.eval)
     x_eval = np.asarray(to_float(data.test_images[splits.eval]))
     y_eval = data.test_labels[splits.eval]
+    specs = list(config.models) + ([config.surrogate] if config.surrogate else [])
+    checkpoints = {
+        spec.name: train_phase(config, spec, data, splits, out, show_progress, log)
+        for spec in specs
+    }
+    surrogate = load_model(checkpoints[config.surrogate.name]) if config.surrogate else None
+    records_log = RecordLog(out / RECORDS_FILE)
+    extras = {}
+    for spec in config.models:
+        extras[spec.name] = evaluate_model(
+            config,
+            spec,
+            checkpoints[spec.name],
+            x_eval,
+            y_eval,
+            records_log,
+            threat_model,
+            surrogate,
+            out,
+            show_progress,
+            log,
+        )
+    records = [r for r in records_log.read() if r.model in extras]
+    num_classes = len(data.class_names)
+    provenance = {
+        "command": command,
+        "config_digest": config.digest(),
+        "git_revision": environment()["git_revision"],
+    }
+    summary = summarise_run(config, records, extras, threat_model, num_classes, provenance)
+    atomic_write_json(out / SUMMARY_FILE, summary)
+    failed = [c for c in summary["checks"] if not c["passed"]]
+    log(
+        f"[checks] {len(summary['checks']) - len(failed)} of {len(summary['checks'])} passed"
+        + "".join(f"\n  FAIL {c['name']}: {c['evidence']}" for c in failed)
+    )
+    gate = release_decision(summary, Path(policy_path), out, log)
     models = {}
     for spec in config.models:
-        ckpt = train_phase(config, spec, data, splits, out, show_progress, log)
-        attacks = attack_phase(config, spec, ckpt, x_eval, y_eval, out, show_progress, log)
-        models[spec.name] = summarise_model(config, spec, ckpt, attacks, len(data.class_names))
-        timings[f"train_{spec.name}"] = models[spec.name]["training"]["seconds"]
-        timings[f"attack_{spec.name}"] = models[spec.name]["attack_seconds"]
+        meta = read_checkpoint(checkpoints[spec.name])["metadata"]
+        models[spec.name] = {
+            "label": spec.label,
+            "spec": dataclasses.asdict(spec),
+            "training": {k: meta[k] for k in TRAINING_FIELDS},
+            **model_results(config, summary["aggregates"], records, spec.name, num_classes),
+            **extras[spec.name],
+        }
+        timings[f"train_{spec.name}"] = meta["seconds"]
+        timings[f"attack_{spec.name}"] = extras[spec.name]["attack_seconds"]
     results = {
         "study": "cifar10_robustness",
         "command": command,
@@ -280,23 +226,27 @@ def run_study(
             "sizes": {"train": len(splits.train), "val": len(splits.val), "eval": len(splits.eval)},
             "eval_indices": splits.eval.tolist(),
         },
-        "threat_model": {
-            "norm": "linf",
-            "space": "pixels in [0, 1]",
-            "knowledge": "white-box gradients",
-            "goal": "untargeted misclassification",
-            "eps": list(config.eps_list),
-            "pgd": {
-                "steps": config.pgd_steps,
-                "step_size": f"{config.pgd_step_fraction:g} * eps",
-                "restarts": config.pgd_restarts,
-                "random_start": "uniform in the eps-ball",
-            },
-        },
+        "threat_model": threat_model.to_dict(),
+        "threat_model_hash": threat_model.digest(),
+        "attacks": [
+            a.to_dict() | {"config_hash": a.config_hash(surrogate[1] if a.source else None)}
+            for a in attack_specs(config)
+        ],
+        "records": {"file": RECORDS_FILE, "count": len(records)},
+        "checks": summary["checks"],
+        "sanity_passed": summary["sanity_passed"],
+        "gate": gate,
         "models": models,
         "reference": REFERENCE_RESULTS,
         "timings_seconds": timings,
     }
+    if config.surrogate:
+        meta = read_checkpoint(checkpoints[config.surrogate.name])["metadata"]
+        results["surrogate"] = {
+            "label": config.surrogate.label,
+            "spec": dataclasses.asdict(config.surrogate),
+            "training": {k: meta[k] for k in TRAINING_FIELDS},
+        }
     if {"standard", "fgsm_matched"} <= models.keys():
         cost = (
             models["standard"]["clean_accuracy"]["value"]
@@ -305,6 +255,17 @@ def run_study(
         results["matched_defense_clean_cost"] = cost
     atomic_write_json(out / "results.json", results)
     return results
+
+
+TRAINING_FIELDS = (
+    "history",
+    "best_epoch",
+    "best_val_accuracy",
+    "train_size",
+    "train_fingerprint",
+    "seconds",
+    "git_revision",
+)
 
 
 SAMPLES_FILE = "class_samples.npz"

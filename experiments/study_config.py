@@ -16,6 +16,14 @@ class ModelSpec:
     train_size: int
     epochs: int
     label: str
+    seed: int | None = None  # None: the study's seed
+
+    def to_dict(self) -> dict:
+        """Fields for hashing; `seed` only when set (keeps older digests valid)."""
+        d = dataclasses.asdict(self)
+        if d["seed"] is None:
+            d.pop("seed")
+        return d
 
 
 STANDARD = ModelSpec("standard", "standard", 15000, 12, "Standard CNN")
@@ -23,6 +31,12 @@ FGSM_REFERENCE = ModelSpec(
     "fgsm_reference", "fgsm", 8000, 5, "FGSM-AT, reference budget (8k, 5 ep)"
 )
 FGSM_MATCHED = ModelSpec("fgsm_matched", "fgsm", 15000, 12, "FGSM-AT, matched budget (15k, 12 ep)")
+SURROGATE = ModelSpec(
+    "surrogate", "standard", 15000, 12, "Transfer surrogate (standard CNN, seed 4242)", seed=4242
+)
+"""A separately trained model (other seed: other init and batch order) whose PGD inputs are
+transferred to every studied model: a transfer attack stronger than white-box PGD means
+masked gradients."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +59,13 @@ class StudyConfig:
     pgd_restarts: int = 1
     pgd_step_fraction: float = 0.25
     attack_batch_size: int = 250
-    saved_examples: int = 100
+    saved_examples: int = 8
+    budget_eps: tuple[float, ...] = (2 / 255, 8 / 255)
+    budget_steps: int = 100
+    budget_restarts: int = 10
+    budget_batch_size: int = 100
+    large_eps: float = 64 / 255
+    surrogate: ModelSpec | None = SURROGATE
 
     def __post_init__(self):
         for eps in self.eps_list:
@@ -58,7 +78,9 @@ class StudyConfig:
                 )
         if not 0 < self.pgd_step_fraction <= 1:
             raise ValueError(f"pgd_step_fraction={self.pgd_step_fraction} must be in (0, 1]")
-        if self.pgd_steps < 1 or self.pgd_restarts < 1:
+        for eps in (*self.budget_eps, self.large_eps):
+            check_eps(eps)
+        if self.pgd_steps < 1 or self.pgd_restarts < 1 or self.budget_steps < 1:
             raise ValueError(
                 f"pgd_steps={self.pgd_steps} and pgd_restarts={self.pgd_restarts} must be >= 1"
             )
@@ -72,16 +94,16 @@ class StudyConfig:
         d.pop("profile")
         return _hash(d)
 
-    def model_digest(self, spec: ModelSpec, *, attacks: bool) -> str:
-        """Hash of what one model's training (and, with `attacks`, its evaluation) depends on.
+    def model_digest(self, spec: ModelSpec) -> str:
+        """Hash of what one model's training depends on.
 
-        A finished phase is reused only when this matches, so changing an attack setting
-        re-runs the attacks but not the training, and other models do not matter.
+        A trained checkpoint is reused only when this matches, so changing an attack
+        setting does not retrain, and other models do not matter.
         """
         d = self.to_dict()
-        for key in ("profile", "models") + (() if attacks else _ATTACK_FIELDS):
+        for key in ("profile", "models", "surrogate") + _ATTACK_FIELDS:
             d.pop(key)
-        d["model"] = dataclasses.asdict(spec)
+        d["model"] = spec.to_dict()
         return _hash(d)
 
 
@@ -92,6 +114,11 @@ _ATTACK_FIELDS = (
     "pgd_step_fraction",
     "attack_batch_size",
     "saved_examples",
+    "budget_eps",
+    "budget_steps",
+    "budget_restarts",
+    "budget_batch_size",
+    "large_eps",
 )
 
 
@@ -118,7 +145,11 @@ def profile(name: str) -> StudyConfig:
             ),
             pgd_steps=5,
             attack_batch_size=100,
-            saved_examples=20,
+            budget_eps=(8 / 255,),
+            budget_steps=10,
+            budget_restarts=3,
+            budget_batch_size=50,
+            surrogate=dataclasses.replace(SURROGATE, train_size=1000, epochs=1),
         )
     raise ValueError(f"unknown profile {name!r}; choose from default, reference, quick")
 

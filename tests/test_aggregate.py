@@ -130,15 +130,17 @@ def test_per_class_slices_name_the_worst_class():
     assert aggregate_records(records)[0]["worst_class"]["class"] == 1  # tie at 0 %: lowest id
 
 
-def test_budget_curves_from_first_break_steps_end_at_final_robust_accuracy():
-    """Robust count after k steps = robust + successes with first break > k; after r restarts
-    = robust + successes with first-break restart >= r; both end at the final count."""
+def test_budget_curves_steps_of_the_first_restart_and_restarts_end_at_final_robust_accuracy():
+    """Robust count after k steps = robust + successes the first restart had not broken
+    within k steps; after r restarts = robust + successes with first-break restart >= r.
+    The steps curve ends at one restart's robust count, the restarts curve at the final."""
     curves = budget_curves(mixed_records(), steps=6, restarts=3)
-    assert [r["count"] for r in curves["steps"]] == [6, 6, 5, 5, 5, 4, 4]
+    assert [r["count"] for r in curves["steps"]] == [6, 6, 6, 6, 6, 5, 5]
     assert [r["count"] for r in curves["restarts"]] == [5, 4, 4]
     assert all(r["total"] == 9 for r in curves["steps"] + curves["restarts"])
     (group,) = aggregate_records(mixed_records(), steps={"pgd": 6})
-    assert group["budget_curves"]["steps"][-1] == group["robust_accuracy"]
+    assert group["budget_curves"]["restarts"][-1] == group["robust_accuracy"]
+    assert group["budget_curves"]["steps"][-1] == group["budget_curves"]["restarts"][0]
     assert len(group["budget_curves"]["restarts"]) == 2  # inferred: 1 + largest first-break restart
 
 
@@ -195,10 +197,12 @@ def test_records_of_a_real_pgd_run_reproduce_metrics_counts_and_curves():
     assert group["invalid"] == 0
     assert group["robust_accuracy"] == metrics.attack_summary(y, clean, adv)["robust_accuracy"]
     broken = np.asarray(result.broken_step)
-    assert [r["count"] for r in group["budget_curves"]["steps"]] == metrics.robust_correct_by_steps(
-        y, clean, broken, steps
-    )
-    assert [
-        r["count"] for r in group["budget_curves"]["restarts"]
-    ] == metrics.robust_correct_by_restarts(y, clean, broken)
+    clean_ok = clean == y
+    first = np.where(broken[0] < 0, steps + 1, broken[0])
+    assert [r["count"] for r in group["budget_curves"]["steps"]] == [
+        int((clean_ok & (first > k)).sum()) for k in range(steps + 1)
+    ]
+    assert [r["count"] for r in group["budget_curves"]["restarts"]] == [
+        int((clean_ok & ~(broken[:r] >= 0).any(axis=0)).sum()) for r in range(1, restarts + 1)
+    ]
     assert group["status_counts"]["success"] > 0 and group["status_counts"]["failed"] > 0
