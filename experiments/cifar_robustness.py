@@ -12,6 +12,7 @@ import sys
 import tempfile
 
 from advjax.data import DATA_DIR_ENV
+from experiments.dry_run import dry_run
 from experiments.report import write_report
 from experiments.study import run_study
 from experiments.study_config import profile
@@ -30,6 +31,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--force", action="store_true", help="discard finished phases and start over")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the threat model and the campaign's query count and wall-time estimate; "
+        "attack nothing",
+    )
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="release policy JSON applied to the run (default experiments/release_policy.json)",
+    )
+    p.add_argument("--budget-steps", type=int, default=None, help="PGD steps of the budget curve")
+    p.add_argument("--budget-restarts", type=int, default=None, help="restarts of the budget curve")
+    p.add_argument(
+        "--budget-eps", type=float, nargs="+", default=None, help="budget-curve eps in /255"
+    )
+    p.add_argument("--large-eps", type=float, default=None, help="large-eps probe in /255 (64)")
     for name, kind in (
         ("seed", int),
         ("train-size", int),
@@ -89,6 +107,13 @@ def config_from_args(args: argparse.Namespace):
     overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.eps is not None:
         overrides["eps_list"] = tuple(e / 255 for e in args.eps)
+    for name in ("budget_steps", "budget_restarts"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    if args.budget_eps is not None:
+        overrides["budget_eps"] = tuple(e / 255 for e in args.budget_eps)
+    if args.large_eps is not None:
+        overrides["large_eps"] = args.large_eps / 255
     if args.train_eps is not None:
         overrides["train_eps"] = args.train_eps / 255
     models = config.models
@@ -122,6 +147,8 @@ def config_from_args(args: argparse.Namespace):
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     config = config_from_args(args)
+    if args.dry_run:
+        return dry_run(config)
     out = args.out or (
         tempfile.mkdtemp(prefix="advjax-quick-") if args.profile == "quick" else "results"
     )
@@ -136,6 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
         force=args.force,
         show_progress=not args.no_progress,
         command=command,
+        **({"policy_path": args.policy} if args.policy else {}),
     )
     write_report(results, out)
     print(f"wrote {out}/results.json")

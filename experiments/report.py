@@ -76,6 +76,64 @@ def training_table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def evidence_table(results: dict) -> str:
+    """Budget-curve end points, transfer and large-eps probes, worst class, per model."""
+    rows = [
+        "| model | eps | PGD steps curve (1 restart): k=0 -> k=K | restarts curve: r=1 -> r=R "
+        "| transfer PGD from surrogate | white-box PGD |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in results["models"].values():
+        for eps, curves in m["budget_curves"].items():
+            steps, restarts = curves["steps"] or [], curves["restarts"] or []
+            rows.append(
+                f"| {m['label']} | {eps}/255 | "
+                + (f"{_pct(steps[0])} -> {_pct(steps[-1])} (K={len(steps) - 1})" if steps else "")
+                + " | "
+                + (
+                    f"{_pct(restarts[0])} -> {_pct(restarts[-1])} (R={len(restarts)})"
+                    if restarts
+                    else ""
+                )
+                + f" | {_pct(m['transfer'][eps]) if eps in m['transfer'] else ''} | "
+                f"{_pct(m['attacks']['pgd'][eps]['robust_accuracy']) if eps in m['attacks']['pgd'] else ''} |"
+            )
+    return "\n".join(rows)
+
+
+def worst_class_table(results: dict) -> str:
+    names = results["data"]["class_names"]
+    rows = ["| model | attack / eps | worst class | its robust accuracy |", "|---|---|---|---|"]
+    for m in results["models"].values():
+        for label, worst in m["worst_class"].items():
+            if worst and not label.endswith("_0"):
+                attack, eps = label.rsplit("_", 1)
+                rows.append(
+                    f"| {m['label']} | {ATTACK_NAMES.get(attack, attack)} {eps}/255 | "
+                    f"{names[worst['class']]} | {format_rate(worst['robust_accuracy'])} |"
+                )
+    return "\n".join(rows)
+
+
+def checks_table(results: dict) -> str:
+    rows = ["| check | result | evidence |", "|---|---|---|"]
+    for c in results["checks"]:
+        rows.append(f"| {c['name']} | {'pass' if c['passed'] else '**FAIL**'} | {c['evidence']} |")
+    return "\n".join(rows)
+
+
+def gate_text(results: dict) -> str:
+    gate = results["gate"]
+    failed = [r for r in gate["reasons"] if not r["passed"]]
+    head = "**ALLOW**" if gate["allow"] else "**HOLD**"
+    lines = [
+        f"{head}: {len(gate['reasons']) - len(failed)} of {len(gate['reasons'])} conditions of "
+        f"the declared policy (sha256 {gate['policy_sha256']}) passed."
+    ]
+    lines += [f"- FAIL {r['rule']}: {r['detail']}" for r in failed]
+    return "\n".join(lines)
+
+
 def tables_markdown(results: dict) -> str:
     parts = [
         "# CIFAR-10 robustness study: tables",
@@ -85,6 +143,10 @@ def tables_markdown(results: dict) -> str:
         "Robust accuracy counts an example as robust only if it is classified correctly both clean and "
         "after the attack; attack success rate = flipped / initially correct. Reference numbers: the "
         "reproduced PyTorch study.",
+        "## Threat model",
+        "```\n" + results.get("threat_model_text", "") + "\n```",
+        "## Release gate",
+        gate_text(results),
         "## Training",
         training_table(results),
         "## Clean vs robust accuracy and attack success",
@@ -103,6 +165,12 @@ def tables_markdown(results: dict) -> str:
             f"{_pct(adv['attacks']['pgd'][max(adv['attacks']['pgd'], key=float)]['robust_accuracy'])}.",
         ]
     parts += [
+        "## Attack budget curves, transfer attack",
+        evidence_table(results),
+        "## Worst class",
+        worst_class_table(results),
+        "## Attack sanity checks",
+        checks_table(results),
         "## Wall time per phase (s)",
         "| phase | seconds |\n|---|---|\n"
         + "\n".join(f"| {k} | {v:.0f} |" for k, v in results["timings_seconds"].items()),
@@ -209,32 +277,34 @@ def figures(results: dict, out: Path, class_names, sample_images: np.ndarray | N
             path=path(f"per_class_accuracy_pgd_{eps}.png"),
             annotate=False,
         )
-    steps_series = {}
-    for m in models.values():
-        for eps, curve in m["pgd_steps_curve"].items():
-            if float(eps) > 0:
-                total = m["clean_accuracy"]["total"]
-                steps_series[f"{m['label']} eps {eps}/255"] = (
-                    list(range(len(curve))),
-                    [100 * c / total for c in curve],
-                )
-    plots.lines(
-        steps_series,
-        title="PGD robust accuracy vs number of steps (first-break tracking)",
-        xlabel="PGD steps",
-        ylabel="robust accuracy (%)",
-        path=path("pgd_robust_accuracy_vs_steps.png"),
-    )
+    for what, xlabel in (("steps", "PGD steps (first restart)"), ("restarts", "random restarts")):
+        series = {}
+        for m in models.values():
+            for eps, curves in m["budget_curves"].items():
+                curve = curves[what]
+                if curve:
+                    start = 0 if what == "steps" else 1
+                    series[f"{m['label']} eps {eps}/255"] = (
+                        list(range(start, start + len(curve))),
+                        [100 * r["value"] for r in curve],
+                    )
+        plots.lines(
+            series,
+            title=f"Robust accuracy vs PGD {what} (one run, first-break tracking)",
+            xlabel=xlabel,
+            ylabel="robust accuracy (%)",
+            path=path(f"budget_curve_{what}.png"),
+        )
     for name, m in models.items():
-        with np.load(out / "attacks" / f"{name}.npz") as saved:
+        with np.load(out / "examples" / f"{name}.npz") as saved:
             k = min(8, len(saved["x_clean"]))
             magnify = 10.0
             plots.adversarial_grid(
                 saved["x_clean"][:k],
-                saved[f"pgd_{top}_x_adv"][:k],
+                saved["x_adv"][:k],
                 saved["labels"][:k],
                 saved["clean_pred"][:k],
-                saved[f"pgd_{top}_pred"][:k],
+                saved["adv_pred"][:k],
                 class_names,
                 magnify=magnify,
                 title=f"{m['label']}: PGD {top}/255 (perturbation magnified x{magnify:g}, shown around grey)",

@@ -227,6 +227,7 @@ def run_study(
             "eval_indices": splits.eval.tolist(),
         },
         "threat_model": threat_model.to_dict(),
+        "threat_model_text": threat_model.describe(),
         "threat_model_hash": threat_model.digest(),
         "attacks": [
             a.to_dict() | {"config_hash": a.config_hash(surrogate[1] if a.source else None)}

@@ -6,6 +6,7 @@ import json
 import jax
 import numpy as np
 import pytest
+from conftest import make_linear_batch, make_linear_logits_fn
 
 from advjax.aggregate import aggregate_records, find_group
 from advjax.attacks import pgd_search
@@ -14,8 +15,6 @@ from advjax.keys import case_keys, key_from_path
 from advjax.model import eval_logits_fn
 from advjax.records import RecordLog, read_records
 from advjax.threat_model import ThreatModel, format_eps
-
-from conftest import make_linear_batch, make_linear_logits_fn
 
 EPS = (0.0, 2 / 255, 8 / 255)
 TM = ThreatModel(eps=EPS, steps=10, restarts=3)
@@ -78,7 +77,9 @@ def test_sequential_restarts_equal_all_restarts_at_once(cnn, cnn_records):
     result = pgd_search(logits_fn, x, y, eps, key=keys, steps=PGD.steps, restarts=PGD.restarts)
     pred = np.asarray(jax.numpy.argmax(logits_fn(result.x_adv), -1))
     broken = np.asarray(result.broken_step)
-    records = {r.case_id: r for r in read_records(cnn_records) if r.attack == "pgd" and r.eps == eps}
+    records = {
+        r.case_id: r for r in read_records(cnn_records) if r.attack == "pgd" and r.eps == eps
+    }
     assert [records[i].adv_pred for i in range(len(y))] == pred.tolist()
     for i in range(len(y)):
         hit = np.flatnonzero(broken[:, i] >= 0)

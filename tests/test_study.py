@@ -5,7 +5,13 @@ import os
 
 import pytest
 
+from advjax import gate
+from advjax.aggregate import aggregate_records, find_group
+from advjax.records import read_records
+from advjax.summary import read_run_summary
+from advjax.threat_model import ThreatModel
 from experiments import cifar_robustness
+from experiments.study import DEFAULT_POLICY
 from experiments.study_config import profile
 
 needs_data = pytest.mark.skipif(
@@ -33,7 +39,14 @@ def test_quick_profile_writes_results_tables_figures_and_checkpoints(quick_run):
     assert "| model |" in (out / "tables.md").read_text()
     for name in on_disk["models"]:
         assert (out / "checkpoints" / f"{name}.msgpack").is_file()
-        assert (out / "attacks" / f"{name}.npz").is_file()
+        assert (out / "examples" / f"{name}.npz").is_file()
+    assert (out / "checkpoints" / "surrogate.msgpack").is_file()
+    for name in ("records.jsonl", "summary.json", "gate.txt"):
+        assert (out / name).is_file()
+    assert on_disk["threat_model_hash"] == ThreatModel.from_dict(on_disk["threat_model"]).digest()
+    assert (
+        (out / "gate.txt").read_text().startswith("ALLOW" if on_disk["gate"]["allow"] else "HOLD")
+    )
 
 
 @needs_data
@@ -55,19 +68,90 @@ def test_quick_profile_invariants_eps0_equals_clean_robust_below_clean_counts_ad
                 if attack == "pgd":
                     assert robust["count"] <= previous
                     previous = robust["count"]
-        for eps, curve in m["pgd_steps_curve"].items():
-            assert curve == sorted(curve, reverse=True)
-            assert curve[-1] == m["attacks"]["pgd"][eps]["robust_accuracy"]["count"]
+        for curves in m["budget_curves"].values():
+            steps = [r["count"] for r in curves["steps"]]
+            restarts = [r["count"] for r in curves["restarts"]]
+            assert steps == sorted(steps, reverse=True) and restarts == sorted(
+                restarts, reverse=True
+            )
+            assert steps[-1] == restarts[0]
+            assert curves["restarts"][-1] == curves["robust_accuracy"]
         for eps in m["attacks"]["pgd"]:
             assert m["attacks"]["pgd"][eps]["robust_accuracy"]["count"] <= clean["count"]
 
 
 @needs_data
+def test_every_number_is_computed_from_the_records_of_the_declared_threat_model(quick_run):
+    out, results = quick_run
+    records = read_records(out / "records.jsonl", strict=True)
+    n = results["data"]["sizes"]["eval"]
+    groups = sum(len(a["eps"]) for a in results["attacks"])
+    assert len(records) == results["records"]["count"] == len(results["models"]) * groups * n
+    assert {r.threat_model_hash for r in records} == {results["threat_model_hash"]}
+    summary = read_run_summary(out / "summary.json")
+    assert summary["aggregates"] == json.loads(
+        json.dumps(
+            aggregate_records(
+                records,
+                num_classes=10,
+                steps={"fgsm": 1, "pgd": 5, "pgd_budget": 10},
+                restarts={"fgsm": 1, "pgd": 1, "pgd_budget": 3},
+            )
+        )
+    )
+    for name, m in results["models"].items():
+        for attack, per_eps in m["attacks"].items():
+            for eps, numbers in per_eps.items():
+                group = find_group(
+                    summary["aggregates"], model=name, attack=attack, eps=float(eps) / 255
+                )
+                assert numbers["robust_accuracy"] == group["robust_accuracy"]
+    names = {c["name"] for c in results["checks"]}
+    for prefix in (
+        "eps0_equals_clean",
+        "monotone_in_eps",
+        "pgd_not_weaker_than_fgsm",
+        "perturbations_within_threat_model",
+        "finite_loss",
+        "zero_input_gradients",
+        "transfer_not_stronger_than_whitebox",
+        "large_eps_breaks_model",
+        "replay_bit_exact",
+        "monotone_in_restarts",
+        "monotone_in_steps",
+    ):
+        assert any(name.startswith(prefix) for name in names), prefix
+    assert all(c["passed"] for c in results["checks"] if c["name"].startswith("replay_bit_exact"))
+
+
+@needs_data
+def test_gate_cli_on_the_run_agrees_with_the_study(quick_run, capsys):
+    out, results = quick_run
+    code = gate.main(["--policy", str(DEFAULT_POLICY), "--run", str(out / "summary.json")])
+    assert code == (0 if results["gate"]["allow"] else 1)
+    assert capsys.readouterr().out.startswith("ALLOW" if code == 0 else "HOLD")
+
+
+@needs_data
 def test_rerun_resumes_finished_phases_with_identical_numbers(quick_run, capsys):
     out, first = quick_run
+    lines = (out / "records.jsonl").read_bytes().count(b"\n")
     again = cifar_robustness.main(["--profile", "quick", "--out", str(out), "--no-progress"])
     assert "reusing" in capsys.readouterr().out
-    assert again["models"] == first["models"]
+    assert (out / "records.jsonl").read_bytes().count(b"\n") == lines
+    for name, m in again["models"].items():
+        for key in ("clean_accuracy", "attacks", "budget_curves", "transfer", "per_class"):
+            assert m[key] == first["models"][name][key]
+
+
+def test_dry_run_counts_queries_and_attacks_nothing(tmp_path, capsys):
+    estimate = cifar_robustness.main(["--profile", "quick", "--dry-run", "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+    rows = {row["attack"]: row for row in estimate["rows"]}
+    assert rows["pgd_budget"]["queries"] == 200 * 3 * 1 * 3 * 10
+    assert rows["pgd"]["queries"] == 200 * 3 * 5 * 5
+    assert estimate["seconds_per_query"] > 0
+    assert "Threat model" in capsys.readouterr().out
 
 
 def test_unknown_profile_and_bad_eps_are_rejected():
