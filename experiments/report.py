@@ -7,6 +7,7 @@ import numpy as np
 from advjax import plots
 from advjax.io import atomic_write_text
 from advjax.metrics import format_rate
+from experiments.html_report import write_html_report
 from experiments.study import SAMPLES_FILE
 
 ATTACK_NAMES = {"fgsm": "FGSM", "pgd": "PGD"}
@@ -314,7 +315,7 @@ def figures(results: dict, out: Path, class_names, sample_images: np.ndarray | N
 
 
 def write_report(results: dict, out) -> None:
-    """Write tables.md and figures/*.png from results.json and the files beside it."""
+    """Write tables.md, figures/*.png and report.html from results.json and the files beside it."""
     out = Path(out)
     atomic_write_text(out / "tables.md", tables_markdown(results))
     samples_path = out / SAMPLES_FILE
@@ -323,3 +324,12 @@ def write_report(results: dict, out) -> None:
         with np.load(samples_path) as saved:
             samples = saved["images"].astype(np.float32) / 255.0
     figures(results, out, results["data"]["class_names"], samples)
+    write_html_report(
+        results,
+        out,
+        {
+            "Training": training_table(results),
+            "Attack budget curves and transfer attack": evidence_table(results),
+            "Worst class": worst_class_table(results),
+        },
+    )

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -159,3 +160,41 @@ def test_unknown_profile_and_bad_eps_are_rejected():
         profile("huge")
     with pytest.raises(ValueError, match="eps"):
         cifar_robustness.config_from_args(cifar_robustness.parse_args(["--eps", "0", "300"]))
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@needs_data
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (.ci/run installs it)")
+def test_html_report_renders_offline_in_headless_chromium_with_table_and_gate_visible(quick_run):
+    from playwright.sync_api import sync_playwright
+
+    out, results = quick_run
+    page_text = (out / "report.html").read_text()
+    assert "http://" not in page_text and "https://" not in page_text  # self-contained
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page()
+        requests = []
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto((out / "report.html").as_uri())
+        table, gate_box = page.locator("#main-table"), page.locator("#gate-decision")
+        assert table.is_visible() and gate_box.is_visible()
+        verdict = "ALLOW" if results["gate"]["allow"] else "HOLD"
+        assert f"Release gate: {verdict}" in gate_box.inner_text()
+        assert table.locator("tbody tr").count() == sum(
+            len(per_eps) for m in results["models"].values() for per_eps in m["attacks"].values()
+        )
+        first_link = table.locator("a").first
+        target = first_link.get_attribute("href")
+        first_link.click()
+        assert page.locator(target).is_visible()
+        images = page.locator("figure img")
+        assert images.count() >= 10
+        assert all(images.nth(i).evaluate("img => img.naturalWidth > 0") for i in range(3))
+        browser.close()
+    assert all(url.startswith(("file://", "data:")) for url in requests)
