@@ -11,7 +11,7 @@ from advjax.aggregate import aggregate_records, find_group
 from advjax.records import read_records
 from advjax.summary import read_run_summary
 from advjax.threat_model import ThreatModel
-from experiments import cifar_robustness
+from experiments import cifar_robustness, replay
 from experiments.study import DEFAULT_POLICY
 from experiments.study_config import profile
 
@@ -198,3 +198,17 @@ def test_html_report_renders_offline_in_headless_chromium_with_table_and_gate_vi
         assert all(images.nth(i).evaluate("img => img.naturalWidth > 0") for i in range(3))
         browser.close()
     assert all(url.startswith(("file://", "data:")) for url in requests)
+
+
+@needs_data
+def test_replay_cli_reruns_stored_records_bit_exactly(quick_run, capsys):
+    out, _ = quick_run
+    records = read_records(out / "records.jsonl")
+    lines = []
+    for attack in ("fgsm", "pgd", "pgd_budget", "transfer_pgd"):
+        lines += [i + 1 for i, r in enumerate(records) if r.attack == attack and r.eps > 0][:1]
+    lines += [i + 1 for i, r in enumerate(records) if r.first_break_restart][:1]
+    argv = ["--run", str(out)] + [a for n in lines for a in ("--line", str(n))]
+    assert replay.main(argv) == 0
+    assert capsys.readouterr().out.count("identical") == len(lines) == 5
+    assert replay.main(["--run", str(out), "--line", str(len(records) + 1)]) == 2
