@@ -56,7 +56,7 @@ SIGNATURES = {
     ],
     "advjax.attacks.pgd_search": [
         ("logits_fn", PK, EMPTY), ("x", PK, EMPTY), ("y", PK, EMPTY), ("eps", PK, EMPTY),
-        ("key", KW, EMPTY), ("steps", KW, 20), ("step_size", KW, None), ("restarts", KW, 1),
+        ("key", KW, EMPTY), ("steps", KW, 20), ("step_size", KW, None), ("restarts", KW, 1), ("first_restart", KW, 0),
     ],
     "advjax.train.load_checkpoint": [("path", PK, EMPTY)],
 }  # fmt: skip
