@@ -123,14 +123,23 @@ class PGDResult(NamedTuple):
     loss: Array
 
 
-class _SearchState(NamedTuple):
+class PGDState(NamedTuple):
+    """The state of one PGD restart between steps (see `pgd_start`, `pgd_steps`, `pgd_finish`).
+
+    Attributes:
+      x_adv: the current iterate.
+      best: the point kept so far: the first misclassified iterate, else the highest-loss one.
+      best_loss: loss at `best` (-inf before the first evaluation).
+      broken_step: steps after which the example was first misclassified, -1 if not yet.
+    """
+
     x_adv: Array
     best: Array
     best_loss: Array
     broken_step: Array
 
 
-def _track(state: _SearchState, step, losses: Array, logits: Array, y: Array) -> _SearchState:
+def _track(state: PGDState, step, losses: Array, logits: Array, y: Array) -> PGDState:
     """Record the point just evaluated: first misclassified point wins, else highest loss."""
     wrong = jnp.argmax(logits, axis=-1) != y
     unbroken = state.broken_step < 0
@@ -168,28 +177,50 @@ def restart_keys(key: jax.Array, restarts: int, first_restart: int = 0) -> jax.A
     )
 
 
-def _pgd_single_restart(logits_fn, x, y, eps, step_size, steps, key) -> _SearchState:
-    delta = _random_start(key, x, eps)
-    x0 = jnp.clip(x + delta, 0.0, 1.0)
-    init = _SearchState(
+def pgd_start(x: Array, eps, key: jax.Array) -> PGDState:
+    """A restart's state at its uniform random start in the eps-ball (clipped to [0, 1]).
+
+    `key` is one key or one key per example (see `restart_keys`).
+    """
+    x0 = jnp.clip(x + _random_start(key, x, eps), 0.0, 1.0)
+    return PGDState(
         x_adv=x0,
         best=x0,
-        best_loss=jnp.full(y.shape, -jnp.inf, x.dtype),
-        broken_step=jnp.full(y.shape, -1, jnp.int32),
+        best_loss=jnp.full(x.shape[:1], -jnp.inf, x.dtype),
+        broken_step=jnp.full(x.shape[:1], -1, jnp.int32),
     )
 
-    def body(i, state: _SearchState) -> _SearchState:
+
+def pgd_steps(
+    logits_fn: LogitsFn, state: PGDState, x: Array, y: Array, eps, step_size, start, stop
+) -> PGDState:
+    """Steps start..stop-1 of a restart: evaluate and track the iterate, then step and project.
+
+    Running steps [0, k) then [k, n) gives the same state as [0, n) at once, so a caller
+    can stop spending steps on examples that are already broken (their outcome is final).
+    """
+
+    def body(i, state: PGDState) -> PGDState:
         losses, logits, grad = _loss_and_grad(logits_fn, state.x_adv, y)
         state = _track(state, i, losses, logits, y)
         x_next = _project(state.x_adv + step_size * jnp.sign(grad), x, eps)
         return state._replace(x_adv=x_next)
 
-    state = lax.fori_loop(0, steps, body, init)
+    return lax.fori_loop(start, stop, body, state)
+
+
+def pgd_finish(logits_fn: LogitsFn, state: PGDState, y: Array, steps) -> PGDState:
+    """Evaluate and track the last iterate, reached after `steps` steps."""
     logits = logits_fn(state.x_adv)
     return _track(state, steps, per_example_cross_entropy(logits, y), logits, y)
 
 
-def _select_restart(states: _SearchState) -> tuple[Array, Array]:
+def _pgd_single_restart(logits_fn, x, y, eps, step_size, steps, key) -> PGDState:
+    state = pgd_steps(logits_fn, pgd_start(x, eps, key), x, y, eps, step_size, 0, steps)
+    return pgd_finish(logits_fn, state, y, steps)
+
+
+def _select_restart(states: PGDState) -> tuple[Array, Array]:
     """Per example: earliest broken restart if any broke, else the highest-loss restart."""
     broken = states.broken_step >= 0
     first_broken = jnp.argmax(broken, axis=0)

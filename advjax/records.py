@@ -54,7 +54,9 @@ class CaseRecord:
       first_break_step: fewest steps after which any restart misclassified the case
         (0 = at the random start), None if none did.
       first_break_restart: lowest restart index (0-based) that ever misclassified it.
-      queries: gradient (or score) queries spent on the case.
+      queries: gradient (or score) queries spent on the case until it was decided: every
+        step of the restarts that did not break it, plus the steps to the first
+        misclassified iterate of the one that did (FGSM: 1).
       status: one of `STATUSES`, consistent with the predictions.
       model, model_hash, attack, attack_config_hash, threat_model_hash: provenance.
       eps: the budget, in input units.

@@ -5,7 +5,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-from advjax.campaign import AttackSpec, make_batch_fn
+from advjax.attacks import pgd_start
+from advjax.campaign import AttackSpec, make_program
 from advjax.model import CompactCNN, eval_logits_fn
 from advjax.threat_model import format_eps
 from experiments.evaluation import attack_specs, study_threat_model
@@ -42,13 +43,14 @@ def seconds_per_query(batch_size: int, steps: int = 4, repeats: int = 2) -> floa
     spec = AttackSpec(
         name="calibration", method="pgd", eps=(8 / 255,), steps=steps, batch_size=batch_size
     )
-    fn = make_batch_fn(eval_logits_fn(model, variables), spec)
+    program = make_program(eval_logits_fn(model, variables), spec)
     y = jnp.zeros(batch_size, jnp.int32)
-    keys = jax.random.split(jax.random.key(2), batch_size)
-    jax.block_until_ready(fn(x, y, jnp.float32(8 / 255), keys, 0))  # compile
+    eps = jnp.float32(8 / 255)
+    state = pgd_start(x, eps, jax.random.key(2))
+    jax.block_until_ready(program.steps(state, x, y, eps, 0, steps))  # compile
     started = time.perf_counter()
     for _ in range(repeats):
-        jax.block_until_ready(fn(x, y, jnp.float32(8 / 255), keys, 0))
+        jax.block_until_ready(program.steps(state, x, y, eps, 0, steps))
     return (time.perf_counter() - started) / (repeats * batch_size * steps)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from advjax import metrics
 from advjax.aggregate import aggregate_records, find_group
 from advjax.attacks import per_example_cross_entropy
-from advjax.campaign import AttackSpec, attack_group, make_batch_fn, model_hash, run_attack
+from advjax.campaign import AttackSpec, attack_group, make_program, model_hash, run_attack
 from advjax.gate import decide, format_decision, load_policy
 from advjax.io import atomic_write_npz
 from advjax.model import eval_logits_fn
@@ -123,7 +123,7 @@ def replay_examples(
     replayed = Capture()
     attack_group(
         replayed,
-        make_batch_fn(logits_fn, spec),
+        make_program(logits_fn, spec),
         threat_model=threat_model,
         spec=spec,
         attack_hash=spec.config_hash(),

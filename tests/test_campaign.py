@@ -49,11 +49,12 @@ def cnn(trained_model):
 
 @pytest.fixture(scope="module")
 def cnn_records(cnn, tmp_path_factory):
+    """Records of FGSM and PGD (3 restarts, compacting the unbroken cases every 3 steps)."""
     logits_fn, x, y = cnn
     path = tmp_path_factory.mktemp("campaign") / "records.jsonl"
     log = RecordLog(path)
     _run(log, FGSM, logits_fn, x, y)
-    _run(log, PGD, logits_fn, x, y)
+    _run(log, dataclasses.replace(PGD, chunk_steps=3), logits_fn, x, y)
     return path
 
 
@@ -65,12 +66,15 @@ def test_one_record_per_case_attack_and_eps_with_every_field(cnn, cnn_records):
     for r in records:
         assert r.key_path[:2] == tuple(ROOT) and r.key_path[-1] == r.case_id
         assert r.linf <= r.eps + 1e-6 and r.threat_model_hash == TM.digest()
-        assert 1 <= r.queries <= (PGD.max_queries() if r.attack == "pgd" else 1)
+        assert 0 <= r.queries <= (PGD.max_queries() if r.attack == "pgd" else 1)
+        if r.attack == "pgd" and r.first_break_restart is not None:
+            assert r.queries == PGD.steps * r.first_break_restart + r.first_break_step
 
 
-def test_sequential_restarts_equal_all_restarts_at_once(cnn, cnn_records):
-    """Running restarts one by one over the unbroken cases decides every case as the
-    vmapped all-restarts search does: same prediction, same first breaking restart and step."""
+def test_early_stopped_restarts_equal_every_step_of_every_restart_at_once(cnn, cnn_records):
+    """Stopping broken cases between chunks of steps and running restarts one by one over
+    the unbroken cases decides every case as the vmapped full search does: same prediction,
+    same first breaking restart and step."""
     logits_fn, x, y = cnn
     eps = 2 / 255
     keys = case_keys(key_from_path([*ROOT, "m", "pgd", format_eps(eps)]), np.arange(len(y)))
@@ -98,7 +102,7 @@ def test_any_record_replays_bit_exactly_alone(cnn, cnn_records):
     chosen += [r for r in records if r.first_break_restart and r.first_break_restart > 0][:1]
     assert len(chosen) >= 6
     for r in chosen:
-        spec = PGD if r.attack == "pgd" else FGSM
+        spec = dataclasses.replace(PGD, chunk_steps=3) if r.attack == "pgd" else FGSM
         again = replay_record(
             r, threat_model=TM, spec=spec, logits_fn=logits_fn, x=x[r.case_id], y=int(y[r.case_id])
         )

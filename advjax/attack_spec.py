@@ -1,0 +1,94 @@
+"""An attack of a campaign as its records name it, and its fit inside a declared threat model."""
+
+import dataclasses
+import hashlib
+import json
+
+from advjax.attacks import check_eps
+from advjax.threat_model import ThreatModel, format_eps
+
+METHODS = ("fgsm", "pgd")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AttackSpec:
+    """One attack of a campaign, as the records name it.
+
+    Attributes:
+      name: the records' attack name, e.g. "pgd" or "pgd_budget".
+      method: "fgsm" or "pgd".
+      eps: the budgets to run, each one of the threat model's.
+      steps: PGD steps per restart (FGSM: 1).
+      restarts: PGD random restarts, run one after another over the unbroken cases.
+      step_fraction: PGD step size as a fraction of eps.
+      batch_size: cases per compiled batch (part of the config: replay uses it).
+      chunk_steps: PGD steps between two compactions of the still-unbroken cases; an
+        execution detail that never changes a result, so it is not part of the hash.
+      source: None for a white-box attack on the evaluated model; else the name of the
+        surrogate model whose gradients craft the inputs (a transfer attack).
+    """
+
+    name: str
+    method: str
+    eps: tuple[float, ...]
+    steps: int = 1
+    restarts: int = 1
+    step_fraction: float = 0.25
+    batch_size: int = 250
+    source: str | None = None
+    chunk_steps: int = 10
+
+    def __post_init__(self):
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"name={self.name!r} must be a non-empty string")
+        if self.method not in METHODS:
+            raise ValueError(f"unknown attack method {self.method!r}; choose from {METHODS}")
+        object.__setattr__(self, "eps", tuple(float(e) for e in self.eps))
+        if not self.eps:
+            raise ValueError(f"attack {self.name!r} needs at least one eps")
+        for e in self.eps:
+            check_eps(e)
+        for field in ("steps", "restarts", "batch_size", "chunk_steps"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field}={value!r} must be an integer >= 1")
+        if self.method == "fgsm" and (self.steps, self.restarts) != (1, 1):
+            raise ValueError("fgsm takes one step and no restarts: steps=1, restarts=1")
+        if not 0 < self.step_fraction <= 1:
+            raise ValueError(f"step_fraction={self.step_fraction!r} must be in (0, 1]")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["eps"] = list(self.eps)
+        return d
+
+    def config_hash(self, source_hash: str | None = None) -> str:
+        """Hash of everything that decides the attack's output (with the surrogate's hash)."""
+        d = self.to_dict() | {"source_hash": source_hash}
+        d.pop("chunk_steps")
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def max_queries(self) -> int:
+        """Gradient queries per case per eps in the worst case (no early stop)."""
+        return self.steps * self.restarts
+
+
+def check_within_threat_model(spec: AttackSpec, threat_model: ThreatModel) -> None:
+    """Refuse an attack whose eps, steps, restarts or queries exceed the declared budget."""
+    problems = [f"eps {format_eps(e)} not declared" for e in spec.eps if e not in threat_model.eps]
+    if spec.steps > max(threat_model.steps, 1):
+        problems.append(f"steps {spec.steps} > declared {threat_model.steps}")
+    if spec.restarts > threat_model.restarts:
+        problems.append(f"restarts {spec.restarts} > declared {threat_model.restarts}")
+    if threat_model.queries is not None and spec.max_queries() > threat_model.queries:
+        problems.append(f"queries {spec.max_queries()} > declared {threat_model.queries}")
+    if threat_model.knowledge != "white-box":
+        problems.append(
+            f"a gradient attack needs white-box knowledge, declared {threat_model.knowledge!r}"
+        )
+    if problems:
+        raise ValueError(
+            f"attack {spec.name!r} is outside threat model {threat_model.digest()}: "
+            + "; ".join(problems)
+        )
