@@ -149,7 +149,8 @@ def test_never_calls_the_gradient_of_logits_fn():
 
 
 def test_same_key_same_result_other_key_other_result():
-    """The attack is a function of its key: same key -> identical result."""
+    """The attack is a function of its key: same key -> identical result, another key ->
+    another search (a different x_adv)."""
     x, y = _linear_setup()
     a = attack(x, y, EPS, key=jax.random.key(1), queries=QUERIES)
     b = attack(x, y, EPS, key=jax.random.key(1), queries=QUERIES)
