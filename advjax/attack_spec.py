@@ -7,7 +7,11 @@ import json
 from advjax.attacks import check_eps
 from advjax.threat_model import ThreatModel, format_eps
 
-METHODS = ("fgsm", "pgd")
+METHODS = ("fgsm", "pgd", "apgd_ce", "apgd_dlr", "apgd_t", "square")
+"""fgsm, pgd: `advjax.attacks`; apgd_ce / apgd_dlr / apgd_t: `advjax.apgd` (APGD with the
+cross-entropy, the DLR and the targeted DLR loss); square: `advjax.square` (score-based)."""
+GRADIENT_METHODS = METHODS[:5]
+_METHOD_FIELDS = {"apgd_t": ("targets",), "square": ("p_init",)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -16,9 +20,10 @@ class AttackSpec:
 
     Attributes:
       name: the records' attack name, e.g. "pgd" or "pgd_budget".
-      method: "fgsm" or "pgd".
+      method: one of `METHODS`.
       eps: the budgets to run, each one of the threat model's.
-      steps: PGD steps per restart (FGSM: 1).
+      steps: steps per restart (FGSM: 1; apgd_t: per target class; square: the query
+        budget per case).
       restarts: PGD random restarts, run one after another over the unbroken cases.
       step_fraction: PGD step size as a fraction of eps.
       batch_size: cases per compiled batch (part of the config: replay uses it).
@@ -26,6 +31,8 @@ class AttackSpec:
         execution detail that never changes a result, so it is not part of the hash.
       source: None for a white-box attack on the evaluated model; else the name of the
         surrogate model whose gradients craft the inputs (a transfer attack).
+      targets: apgd_t only: target classes tried, the 2nd .. (targets + 1)th highest logit.
+      p_init: square only: initial share of pixels in a square.
     """
 
     name: str
@@ -37,6 +44,8 @@ class AttackSpec:
     batch_size: int = 250
     source: str | None = None
     chunk_steps: int = 10
+    targets: int = 9
+    p_init: float = 0.05
 
     def __post_init__(self):
         if not self.name or not isinstance(self.name, str):
@@ -48,12 +57,18 @@ class AttackSpec:
             raise ValueError(f"attack {self.name!r} needs at least one eps")
         for e in self.eps:
             check_eps(e)
-        for field in ("steps", "restarts", "batch_size", "chunk_steps"):
+        for field in ("steps", "restarts", "batch_size", "chunk_steps", "targets"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{field}={value!r} must be an integer >= 1")
         if self.method == "fgsm" and (self.steps, self.restarts) != (1, 1):
             raise ValueError("fgsm takes one step and no restarts: steps=1, restarts=1")
+        if self.method == "square" and (self.restarts != 1 or self.source is not None):
+            raise ValueError("square is one score-based search per case: restarts=1, no source")
+        if self.source is not None and self.method != "pgd":
+            raise ValueError(f"transfer attacks craft with pgd, got method={self.method!r}")
+        if not 0 < self.p_init <= 1:
+            raise ValueError(f"p_init={self.p_init!r} must be in (0, 1]")
         if not 0 < self.step_fraction <= 1:
             raise ValueError(f"step_fraction={self.step_fraction!r} must be in (0, 1]")
 
@@ -65,28 +80,39 @@ class AttackSpec:
     def config_hash(self, source_hash: str | None = None) -> str:
         """Hash of everything that decides the attack's output (with the surrogate's hash)."""
         d = self.to_dict() | {"source_hash": source_hash}
-        d.pop("chunk_steps")
+        for field in ("chunk_steps", "targets", "p_init"):
+            if field not in _METHOD_FIELDS.get(self.method, ()):
+                d.pop(field)
         blob = json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
+    @property
+    def steps_per_restart(self) -> int:
+        """Queries one restart spends on an unbroken case (apgd_t: every target)."""
+        return self.steps * (self.targets if self.method == "apgd_t" else 1)
+
     def max_queries(self) -> int:
-        """Gradient queries per case per eps in the worst case (no early stop)."""
-        return self.steps * self.restarts
+        """Gradient (square: score) queries per case per eps in the worst case."""
+        return self.steps_per_restart * self.restarts
 
 
 def check_within_threat_model(spec: AttackSpec, threat_model: ThreatModel) -> None:
     """Refuse an attack whose eps, steps, restarts or queries exceed the declared budget."""
     problems = [f"eps {format_eps(e)} not declared" for e in spec.eps if e not in threat_model.eps]
-    if spec.steps > max(threat_model.steps, 1):
+    if spec.method != "square" and spec.steps > max(threat_model.steps, 1):
         problems.append(f"steps {spec.steps} > declared {threat_model.steps}")
     if spec.restarts > threat_model.restarts:
         problems.append(f"restarts {spec.restarts} > declared {threat_model.restarts}")
     if threat_model.queries is not None and spec.max_queries() > threat_model.queries:
         problems.append(f"queries {spec.max_queries()} > declared {threat_model.queries}")
-    if threat_model.knowledge != "white-box":
+    if spec.method == "square" and threat_model.queries is None:
+        problems.append("a score-based attack needs a declared query budget (queries=...)")
+    if spec.method in GRADIENT_METHODS and threat_model.knowledge != "white-box":
         problems.append(
             f"a gradient attack needs white-box knowledge, declared {threat_model.knowledge!r}"
         )
+    if spec.method == "square" and threat_model.knowledge == "labels":
+        problems.append("a score-based attack needs scores, declared 'labels'")
     if problems:
         raise ValueError(
             f"attack {spec.name!r} is outside threat model {threat_model.digest()}: "

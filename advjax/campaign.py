@@ -170,7 +170,10 @@ def attack_group(
                 loss=state.loss[done],
                 x=x[done],
                 x_adv=state.x_adv[done],
-                queries=np.where(run == -2, 0, np.where(run >= 0, run, spec.steps)).sum(axis=0),
+                queries=np.where(run == -2, 0, np.where(run >= 0, run, spec.steps_per_restart)).sum(
+                    axis=0
+                ),
+                budget_capped=state.capped[done],
                 broken_step=None if spec.source else np.where(run == -2, -1, run),
                 key_path_prefix=group_path,
             )

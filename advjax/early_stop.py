@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from advjax.apgd import apgd, apgd_targeted
 from advjax.attack_spec import AttackSpec
 from advjax.attacks import (
     PGDState,
@@ -30,22 +31,47 @@ from advjax.attacks import (
 )
 from advjax.attacks import pgd_steps as run_pgd_steps
 from advjax.progress import Progress
+from advjax.square import square_linf
 from advjax.types import LogitsFn
 
 
 class Program(NamedTuple):
     """The jitted pieces of one attack on one model.
 
-    fgsm(x, y, eps) -> (clean_pred, x_adv, adv_pred, loss, broken_step)
+    search(x, y, eps, keys, restart) -> (clean_pred, x_adv, adv_pred, loss, broken, capped):
+      one whole restart of fgsm, apgd_* or square (broken: queries to the first break).
     start(x, y, eps, keys, restart) -> (clean_pred, PGDState)
     steps(state, x, y, eps, start, stop) -> PGDState
-    finish(state, y) -> (x_adv, adv_pred, loss, broken_step)
+    finish(state, y) -> (x_adv, adv_pred, loss, broken_step): pgd, in chunks of steps.
     """
 
-    fgsm: Callable
+    search: Callable
     start: Callable
     steps: Callable
     finish: Callable
+
+
+def _search(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, keys, restart):
+    """(x_adv, broken, capped) of one restart of a non-chunked method."""
+    never = jnp.full(y.shape, -1, jnp.int32)
+    if spec.method == "fgsm":
+        x_adv = fgsm(craft_fn, x, y, eps)
+        wrong = jnp.argmax(craft_fn(x_adv), axis=-1) != y
+        return x_adv, jnp.where(wrong, 1, -1).astype(jnp.int32), jnp.zeros_like(wrong)
+    if spec.method == "square":
+        keys = restart_keys(keys, 1, restart)[0]
+        r = square_linf(craft_fn, x, y, eps, key=keys, queries=spec.steps, p_init=spec.p_init)
+        return r.x_adv, jnp.where(r.success, r.queries_used, -1), r.budget_exhausted
+    common = dict(key=keys, steps=spec.steps, restarts=1, first_restart=restart)
+    if spec.method == "apgd_t":
+        r = apgd_targeted(craft_fn, x, y, eps, target_ranks=range(2, 2 + spec.targets), **common)
+        hit = r.broken_step >= 0  # (targets, batch), targets in order
+        first = jnp.argmax(hit, axis=0)
+        step = jnp.take_along_axis(r.broken_step, first[None], axis=0)[0]
+        broken = jnp.where(hit.any(axis=0), first * spec.steps + step, never)
+        return r.x_adv, broken.astype(jnp.int32), jnp.zeros(y.shape, bool)
+    r = apgd(craft_fn, x, y, eps, loss=spec.method.removeprefix("apgd_"), **common)
+    return r.x_adv, r.broken_step[0], jnp.zeros(y.shape, bool)
 
 
 def make_program(logits_fn: LogitsFn, spec: AttackSpec, source_fn: LogitsFn | None = None):
@@ -60,11 +86,12 @@ def make_program(logits_fn: LogitsFn, spec: AttackSpec, source_fn: LogitsFn | No
         logits = logits_fn(x_adv)
         return jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y)
 
-    def one_shot(x, y, eps):
-        x_adv = fgsm(craft_fn, x, y, eps)
+    def search(x, y, eps, keys, restart):
+        x_adv, broken, capped = _search(craft_fn, spec, x, y, eps, keys, restart)
         adv_pred, loss = target_outcome(x_adv, y)
-        broken = jnp.where((adv_pred != y) & (source_fn is None), 1, -1).astype(jnp.int32)
-        return jnp.argmax(logits_fn(x), axis=-1), x_adv, adv_pred, loss, broken
+        if source_fn is not None:
+            broken = jnp.full_like(broken, -1)
+        return jnp.argmax(logits_fn(x), axis=-1), x_adv, adv_pred, loss, broken, capped
 
     def start(x, y, eps, keys, restart):
         state = pgd_start(x, eps, restart_keys(keys, 1, restart)[0])
@@ -80,7 +107,10 @@ def make_program(logits_fn: LogitsFn, spec: AttackSpec, source_fn: LogitsFn | No
         return state.best, adv_pred, loss, broken
 
     return Program(
-        jax.jit(one_shot), jax.jit(start, static_argnums=4), jax.jit(steps), jax.jit(finish)
+        jax.jit(search, static_argnums=4),
+        jax.jit(start, static_argnums=4),
+        jax.jit(steps),
+        jax.jit(finish),
     )
 
 
@@ -93,6 +123,7 @@ class Outcome:
     loss: np.ndarray
     x_adv: np.ndarray
     by_restart: np.ndarray  # (restarts, n): break step, -1 never, -2 not run
+    capped: np.ndarray  # the search stopped at its query cap without success
 
 
 def _batches(index: np.ndarray, size: int):
@@ -126,11 +157,14 @@ def attack_cases(
         loss=np.full(n, -np.inf, np.float64),
         x_adv=np.array(x, np.float32, copy=True),
         by_restart=np.full((spec.restarts, n), -2, np.int32),
+        capped=np.zeros(n, bool),
     )
     eps_value = jnp.float32(eps)
 
-    def settle(index: np.ndarray, x_adv, adv, loss, broken, restart, last) -> None:
+    def settle(index: np.ndarray, x_adv, adv, loss, broken, restart, last, capped=None) -> None:
         out.by_restart[restart, index] = broken
+        if capped is not None:
+            out.capped[index] = capped & (broken < 0)
         better = (broken >= 0) | (loss > out.loss[index])
         take = index[better]
         out.adv_pred[take], out.loss[take], out.x_adv[take] = (
@@ -144,13 +178,20 @@ def attack_cases(
             if progress is not None:
                 progress.update(len(done))
 
-    if spec.method == "fgsm":
-        for part, index in _batches(np.arange(n), spec.batch_size):
-            clean, x_adv, adv, loss, broken = (
-                np.asarray(a)[: len(part)] for a in program.fgsm(x[index], y[index], eps_value)
-            )
-            out.clean_pred[part] = clean
-            settle(part, x_adv, adv, loss, broken, 0, True)
+    if spec.method != "pgd":
+        remaining = np.arange(n)
+        for restart in range(spec.restarts):
+            last = restart == spec.restarts - 1
+            for part, index in _batches(remaining, spec.batch_size):
+                clean, x_adv, adv, loss, broken, capped = (
+                    np.asarray(a)[: len(part)]
+                    for a in program.search(x[index], y[index], eps_value, keys[index], restart)
+                )
+                out.clean_pred[part] = clean
+                settle(part, x_adv, adv, loss, broken, restart, last, capped)
+            remaining = remaining[out.by_restart[restart, remaining] < 0]
+            if not len(remaining):
+                break
         return out
 
     remaining = np.arange(n)

@@ -183,3 +183,54 @@ def test_transfer_attack_crafts_on_the_surrogate_and_scores_the_target(tmp_path)
     pred = np.asarray(jax.numpy.argmax(target(x_adv), -1))
     assert [r.adv_pred for r in sorted(records, key=lambda r: r.case_id)] == pred.tolist()
     assert json.loads(records[0].to_json())["attack_config_hash"] == spec.config_hash("hs")
+
+
+@pytest.mark.parametrize(
+    "method,steps,restarts",
+    [("apgd_ce", 8, 2), ("apgd_dlr", 8, 1), ("apgd_t", 4, 1), ("square", 60, 1)],
+)
+def test_every_method_writes_valid_records_that_replay_bit_exactly(
+    tmp_path, method, steps, restarts
+):
+    """APGD-CE/DLR/T and Square through the campaign: one valid record per case, queries
+    within the worst case (square: its query budget), and each record replays alone."""
+    logits_fn = make_linear_logits_fn()
+    x, y = make_linear_batch(n=24)
+    y = np.asarray(jax.numpy.argmax(logits_fn(x), -1)).astype(np.int32)  # all clean-correct
+    y[:3] = (y[:3] + 1) % 10  # and three clean-wrong
+    spec = AttackSpec(
+        name=method,
+        method=method,
+        eps=(4 / 255,),
+        steps=steps,
+        restarts=restarts,
+        batch_size=16,
+        targets=3,
+    )
+    tm = ThreatModel(eps=(4 / 255,), steps=100, restarts=3, queries=1000)
+    log = RecordLog(tmp_path / "r.jsonl")
+    _run(log, spec, logits_fn, x, y, threat_model=tm)
+    records = sorted(read_records(tmp_path / "r.jsonl"), key=lambda r: r.case_id)
+    assert len(records) == 24
+    assert [r.status for r in records[:3]] == ["skipped_clean_wrong"] * 3
+    assert all(r.queries <= spec.max_queries() and r.linf <= 4 / 255 + 1e-6 for r in records)
+    statuses = {r.status for r in records[3:]}
+    assert "success" in statuses
+    if method == "square":
+        assert statuses <= {"success", "budget_exhausted"}
+        assert all(r.queries == steps for r in records if r.status == "budget_exhausted")
+    else:
+        assert "budget_exhausted" not in statuses
+    for r in records[::5]:
+        again = replay_record(
+            r, threat_model=tm, spec=spec, logits_fn=logits_fn, x=x[r.case_id], y=int(y[r.case_id])
+        )
+        assert again.to_dict() == r.to_dict()
+
+
+def test_score_based_attack_needs_a_declared_query_budget(tmp_path):
+    logits_fn = make_linear_logits_fn()
+    x, y = make_linear_batch(n=4)
+    spec = AttackSpec(name="square", method="square", eps=(8 / 255,), steps=10)
+    with pytest.raises(ValueError, match="query budget"):
+        _run(RecordLog(tmp_path / "r.jsonl"), spec, logits_fn, x, y)
