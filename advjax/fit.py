@@ -1,4 +1,8 @@
-"""The training loop: epochs of jitted steps, per-epoch validation, best checkpoint."""
+"""The training loop: epochs of jitted steps, per-epoch validation, best checkpoint.
+
+Optionally with a catastrophic-overfitting sentinel (advjax.sentinel): a fixed PGD probe
+per epoch, stopping on a collapse, and selection by robust validation accuracy.
+"""
 
 import time
 from typing import Callable, NamedTuple
@@ -8,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax.progress import Progress
+from advjax.sentinel import SentinelConfig, collapse_flags, make_probe
 from advjax.train import (
     Batch,
     TrainConfig,
@@ -19,7 +24,11 @@ from advjax.train import (
 
 
 class FitResult(NamedTuple):
-    """The best-by-validation state and the per-epoch history of a `fit` run."""
+    """The best-by-validation state and the per-epoch history of a `fit` run.
+
+    `best_val_accuracy` is the clean validation accuracy of `best_epoch` (the maximum
+    unless a sentinel selects by another criterion).
+    """
 
     state: TrainState
     history: list[dict]
@@ -50,6 +59,7 @@ def fit(
     show_progress: bool = True,
     log: Callable[[str], None] = print,
     name: str = "train",
+    sentinel: SentinelConfig | None = None,
 ) -> FitResult:
     """Train a CompactCNN per `config`; keep the epoch with the best validation accuracy.
 
@@ -57,6 +67,12 @@ def fit(
     partial batch is dropped; the permutation differs every epoch). Every random choice
     derives from `jax.random.key(config.seed)`: init, shuffles, augmentation, dropout and
     in-training attacks, so the same config and data give the same weights.
+
+    With a `sentinel`, every epoch also runs its PGD probe (advjax.sentinel.make_probe)
+    and records `probe_*` accuracies and a `collapse` flag (`collapse_flags` on the probe
+    PGD accuracies so far); flagged epochs are never kept, training ends after the first
+    one if `sentinel.stop_on_collapse`, and the kept epoch is the best by
+    `sentinel.select_by` (ties: the earliest). Without one, nothing changes.
     """
     n = len(train.labels)
     steps_per_epoch = n // config.batch_size
@@ -67,7 +83,9 @@ def fit(
     state = create_train_state(init_key, config, config.epochs * steps_per_epoch)
     train_step = make_train_step(config)
     images, labels = jnp.asarray(train.images), jnp.asarray(train.labels)
-    history, best, best_epoch, best_acc = [], None, -1, -1.0
+    probe = None if sentinel is None else make_probe(sentinel, config.adv_eps, train, val)
+    select_by = "val_accuracy" if sentinel is None else sentinel.select_by
+    history, best, best_epoch, best_acc, best_score = [], None, -1, -1.0, -1.0
     for epoch in range(config.epochs):
         started = time.perf_counter()
         order = jax.random.permutation(jax.random.fold_in(shuffle_key, epoch), n)
@@ -87,21 +105,48 @@ def fit(
             **{f"train_{k}": v / steps_per_epoch for k, v in sums.items()},
         }
         val_metrics = evaluate(state, val.images, val.labels)
-        record.update(
-            val_accuracy=val_metrics["accuracy"],
-            val_loss=val_metrics["loss"],
-            seconds=time.perf_counter() - started,
-        )
+        record.update(val_accuracy=val_metrics["accuracy"], val_loss=val_metrics["loss"])
+        collapsed = False
+        if probe is not None:
+            record.update(probe(state))
+            flags = collapse_flags(
+                [r["probe_pgd_accuracy"] for r in (*history, record)],
+                max_drop=sentinel.max_drop,
+                min_ratio=sentinel.min_ratio,
+            )
+            collapsed = record["collapse"] = flags[-1]
+        record["seconds"] = time.perf_counter() - started
         history.append(record)
-        log(
-            f"{name} epoch {epoch + 1}/{config.epochs}: train loss {record['train_loss']:.4f} "
-            f"acc {record['train_accuracy']:.4f} | val acc {record['val_accuracy']:.4f} "
-            f"({val_metrics['correct']}/{val_metrics['total']}) | {record['seconds']:.1f}s"
-        )
-        if val_metrics["accuracy"] > best_acc:
-            best_acc, best_epoch = val_metrics["accuracy"], epoch + 1
+        log(_epoch_line(name, epoch, config.epochs, record, val_metrics))
+        if not collapsed and record[select_by] > best_score:
+            best_score, best_acc, best_epoch = record[select_by], record["val_accuracy"], epoch + 1
             best = jax.device_get((state.params, state.batch_stats))
+        if collapsed and sentinel.stop_on_collapse:
+            log(f"{name}: catastrophic overfitting flagged at epoch {epoch + 1}; stopping")
+            break
     params, batch_stats = jax.tree.map(jnp.asarray, best)
     return FitResult(
         state.replace(params=params, batch_stats=batch_stats), history, best_epoch, best_acc
+    )
+
+
+def _epoch_line(name: str, epoch: int, epochs: int, record: dict, val_metrics: dict) -> str:
+    if "train_accuracy" in record:
+        train_acc = f"acc {record['train_accuracy']:.4f}"
+    else:
+        train_acc = f"adv acc {record['train_adv_accuracy']:.4f}"
+    probe = ""
+    if "probe_pgd_accuracy" in record:
+        probe = (
+            f" | probe clean {record['probe_clean_accuracy']:.4f} "
+            f"pgd {record['probe_pgd_accuracy']:.4f}"
+        )
+        if "val_pgd_accuracy" in record:
+            probe += f" val pgd {record['val_pgd_accuracy']:.4f}"
+        if record["collapse"]:
+            probe += " COLLAPSE"
+    return (
+        f"{name} epoch {epoch + 1}/{epochs}: train loss {record['train_loss']:.4f} "
+        f"{train_acc} | val acc {record['val_accuracy']:.4f} "
+        f"({val_metrics['correct']}/{val_metrics['total']}){probe} | {record['seconds']:.1f}s"
     )

@@ -47,8 +47,9 @@ def run_summary(
 
     Raises:
       TypeError: threat_model is not a ThreatModel.
-      ValueError: an aggregate names another threat model, or one model's groups
-        disagree on its clean accuracy (they must cover the same cases).
+      ValueError: an aggregate names another threat model, or one model's groups over all
+        its cases disagree on its clean accuracy (groups over fewer cases, such as later
+        members of an ensemble, are not compared).
     """
     if not isinstance(threat_model, ThreatModel):
         raise TypeError(f"threat_model={threat_model!r} must be a ThreatModel")
@@ -60,8 +61,11 @@ def run_summary(
                 f"aggregate {group['model']}/{group['attack']} eps {group['eps']} has "
                 f"threat_model_hash={group['threat_model_hash']!r}, the run's is {digest!r}"
             )
+    for group in sorted(aggregates, key=lambda g: -g["cases"]):
         clean = group["clean_accuracy"]
         known = models.setdefault(group["model"], {"clean_accuracy": clean})["clean_accuracy"]
+        if group["cases"] < known["total"]:
+            continue  # a group over part of the cases (e.g. a later ensemble member)
         if (known["count"], known["total"]) != (clean["count"], clean["total"]):
             raise ValueError(
                 f"model {group['model']!r}: clean accuracy {clean['count']}/{clean['total']} in "

@@ -1,7 +1,9 @@
-"""Train state, config and pure jitted steps: standard and FGSM adversarial training."""
+"""Train state, config and pure jitted steps: standard, FGSM, FGSM-RS, PGD and TRADES training."""
 
 import dataclasses
 import functools
+import math
+import numbers
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -9,18 +11,39 @@ import jax.numpy as jnp
 import optax
 from flax.training import train_state
 
-from advjax.attacks import check_eps, fgsm, per_example_cross_entropy
+from advjax.attacks import check_eps, fgsm, per_example_cross_entropy, pgd_start, pgd_steps
 from advjax.augment import augment, to_float
 from advjax.checkpoint import load_checkpoint, save_checkpoint
 from advjax.model import CompactCNN
-from advjax.types import Array
+from advjax.types import Array, ArrayLike, LogitsFn
 
-TRAINING_MODES = ("standard", "fgsm")
+TRAINING_MODES = ("standard", "fgsm", "fgsm_rs", "pgd", "trades")
+
+ADV_DEFAULTS = {
+    "fgsm": {"adv_mix": True},
+    "fgsm_rs": {"adv_step_fraction": 1.25, "adv_mix": False},
+    "pgd": {"adv_steps": 7, "adv_step_fraction": 0.25, "adv_mix": False},
+    "trades": {"adv_steps": 10, "adv_step_fraction": 0.25, "trades_beta": 6.0},
+}
+"""Each mode's adversarial settings when the config leaves them at None (and which it takes)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """Every hyper-parameter of a training run (defaults: the reference study's)."""
+    """Every hyper-parameter of a training run (defaults: the reference study's).
+
+    The adversarial settings below default to None, meaning the mode's default from
+    `ADV_DEFAULTS` (see `adv_settings`); setting one that the mode does not use raises.
+
+    Attributes:
+      adv_steps: attack steps per training step (pgd: 7, trades: 10).
+      adv_step_fraction: attack step size as a fraction of `adv_eps` (fgsm_rs: 1.25,
+        Wong et al. 2020; pgd: 0.25, Madry et al. 2018; trades: 0.25).
+      adv_mix: True trains on the clean and adversarial batches together (fgsm's default,
+        the reference study's), False on the adversarial batch alone (fgsm_rs's and pgd's,
+        as in their papers).
+      trades_beta: weight of the TRADES KL term (6.0, Zhang et al. 2019).
+    """
 
     mode: str = "standard"
     epochs: int = 12
@@ -31,6 +54,10 @@ class TrainConfig:
     adv_eps: float = 8 / 255
     augment: bool = True
     seed: int = 42
+    adv_steps: int | None = None
+    adv_step_fraction: float | None = None
+    adv_mix: bool | None = None
+    trades_beta: float | None = None
 
     def __post_init__(self):
         if self.mode not in TRAINING_MODES:
@@ -45,6 +72,31 @@ class TrainConfig:
                 f"weight_decay={self.weight_decay} >= 0"
             )
         check_eps(self.adv_eps)
+        self._check_adv_settings()
+
+    def _check_adv_settings(self) -> None:
+        used = ADV_DEFAULTS.get(self.mode, {})
+        for name in ("adv_steps", "adv_step_fraction", "adv_mix", "trades_beta"):
+            value = getattr(self, name)
+            if value is not None and name not in used:
+                raise ValueError(f"{name}={value!r} is not used by mode={self.mode!r}")
+        steps, fraction, beta = self.adv_steps, self.adv_step_fraction, self.trades_beta
+        if steps is not None and (
+            isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1
+        ):
+            raise ValueError(f"adv_steps={steps!r} must be an integer >= 1")
+        if fraction is not None and not (math.isfinite(fraction) and 0 < fraction <= 4):
+            raise ValueError(f"adv_step_fraction={fraction!r} must be in (0, 4]")
+        if self.adv_mix is not None and not isinstance(self.adv_mix, bool):
+            raise ValueError(f"adv_mix={self.adv_mix!r} must be a bool")
+        if beta is not None and not (math.isfinite(beta) and beta >= 0):
+            raise ValueError(f"trades_beta={beta!r} must be finite and >= 0")
+
+    def adv_settings(self) -> dict[str, Any]:
+        """The mode's adversarial settings with its defaults filled in ({} for standard)."""
+        defaults = ADV_DEFAULTS.get(self.mode, {})
+        settings = {name: getattr(self, name) for name in defaults}
+        return {k: defaults[k] if v is None else v for k, v in settings.items()}
 
 
 class TrainState(train_state.TrainState):
@@ -115,6 +167,23 @@ def _prepare(batch: Batch, key: jax.Array, use_augment: bool) -> Array:
     return augment(key, x) if use_augment else x
 
 
+def _train_on(state, x, x_adv, y, key, adv_mix: bool):
+    """One AdamW step on x_adv alone or on [x, x_adv]; metrics named for what was seen."""
+    x_adv = jax.lax.stop_gradient(x_adv)
+    if not adv_mix:
+        state, loss, logits = _apply_gradients(state, x_adv, y, key)
+        return state, {"loss": loss, "adv_accuracy": jnp.mean(jnp.argmax(logits, -1) == y)}
+    labels = jnp.concatenate([y, y])
+    state, loss, logits = _apply_gradients(state, jnp.concatenate([x, x_adv]), labels, key)
+    correct = jnp.argmax(logits, -1) == labels
+    n = y.shape[0]
+    return state, {
+        "loss": loss,
+        "accuracy": jnp.mean(correct[:n]),
+        "adv_accuracy": jnp.mean(correct[n:]),
+    }
+
+
 def standard_train_step(
     state: TrainState, batch: Batch, key: jax.Array, *, use_augment: bool = True
 ) -> tuple[TrainState, dict[str, Array]]:
@@ -133,27 +202,234 @@ def fgsm_train_step(
     *,
     eps: float = 8 / 255,
     use_augment: bool = True,
+    adv_mix: bool = True,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One AdamW step on the clean batch and its FGSM version together.
 
     FGSM at `eps` is generated from the current parameters in train mode (batch statistics,
     dropout), as in the reference study; the loss is the mean cross-entropy over the
-    concatenation of the clean and attacked batches.
+    concatenation of the clean and attacked batches (`adv_mix=False`: the attacked batch
+    alone, plain FGSM training without a random start, prone to catastrophic overfitting).
     """
     aug_key, attack_key, dropout_key = jax.random.split(key, 3)
     x = _prepare(batch, aug_key, use_augment)
     x_adv = fgsm(_train_logits_fn(state, state.params, attack_key), x, batch.labels, eps)
+    return _train_on(state, x, x_adv, batch.labels, dropout_key, adv_mix)
+
+
+def random_start_pgd(
+    logits_fn: LogitsFn,
+    x: ArrayLike,
+    y: ArrayLike,
+    eps: float | ArrayLike,
+    *,
+    key: jax.Array,
+    steps: int,
+    step_size: float | ArrayLike,
+) -> Array:
+    """Training-time L-inf attack: uniform random start, `steps` signed steps, last iterate.
+
+    Starts at x + U[-eps, eps] (clipped to [0, 1]), ascends the cross-entropy with
+    `steps` steps of `step_size`, projecting to the eps-ball and [0, 1] after each, and
+    returns the last iterate (not the best one, unlike `advjax.attacks.pgd`). `steps=1`,
+    `step_size=1.25 * eps` is FGSM with random start; `steps=7`, `step_size=eps / 4` is
+    Madry et al.'s CIFAR-10 training attack. eps=0 returns x exactly.
+
+    Args:
+      logits_fn: pure function from a batch of pixels in [0, 1] to logits.
+      x: float batch in [0, 1]; y: integer labels, shape (batch,).
+      eps: L-inf budget in pixel units, in [0, 1].
+      key: one PRNG key (one draw for the batch) or one per example (see `pgd_start`).
+      steps: number of gradient steps, >= 1 (static).
+      step_size: step in pixel units.
+
+    Returns:
+      The adversarial batch, same shape and dtype as x, within eps of x and in [0, 1].
+
+    Example:
+      >>> x_adv = random_start_pgd(logits_fn, x, y, 8 / 255, key=key, steps=1,
+      ...                          step_size=10 / 255)
+
+    References: Wong, Rice & Kolter, "Fast is better than free", ICLR 2020; Madry et al.,
+    "Towards Deep Learning Models Resistant to Adversarial Attacks", ICLR 2018.
+    """
+    check_eps(eps)
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+        raise ValueError(f"steps={steps!r} must be an integer >= 1")
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    state = pgd_steps(logits_fn, pgd_start(x, eps, key), x, y, eps, step_size, 0, steps)
+    return state.x_adv
+
+
+def pgd_train_step(
+    state: TrainState,
+    batch: Batch,
+    key: jax.Array,
+    *,
+    eps: float = 8 / 255,
+    steps: int = 7,
+    step_fraction: float = 0.25,
+    adv_mix: bool = False,
+    use_augment: bool = True,
+) -> tuple[TrainState, dict[str, Array]]:
+    """One AdamW step on the PGD batch (Madry et al., ICLR 2018).
+
+    The attack (`random_start_pgd`, `steps` steps of `step_fraction * eps`) runs on the
+    current parameters in train mode, like `fgsm_train_step`'s. Keys:
+    `split(key, 4)` = (augmentation, dropout of the update, random start, dropout of the
+    attack); the first two are `standard_train_step`'s keys, so at eps=0 with
+    `adv_mix=False` this step is the standard step. Metrics: loss and `adv_accuracy`
+    (train-mode accuracy on the attacked batch), plus clean `accuracy` when `adv_mix`.
+    """
+    aug_key, dropout_key, start_key, attack_key = jax.random.split(key, 4)
+    x = _prepare(batch, aug_key, use_augment)
+    logits_fn = _train_logits_fn(state, state.params, attack_key)
+    x_adv = random_start_pgd(
+        logits_fn, x, batch.labels, eps, key=start_key, steps=steps, step_size=step_fraction * eps
+    )
+    return _train_on(state, x, x_adv, batch.labels, dropout_key, adv_mix)
+
+
+def fgsm_rs_train_step(
+    state: TrainState,
+    batch: Batch,
+    key: jax.Array,
+    *,
+    eps: float = 8 / 255,
+    step_fraction: float = 1.25,
+    adv_mix: bool = False,
+    use_augment: bool = True,
+) -> tuple[TrainState, dict[str, Array]]:
+    """One AdamW step on the FGSM-with-random-start batch (Wong, Rice & Kolter, ICLR 2020).
+
+    delta ~ U[-eps, eps], one signed-gradient step of `step_fraction * eps` (1.25 eps in
+    the paper), projected to the eps-ball and [0, 1]: `pgd_train_step` with one step, and
+    the same keys, attack mode and metrics.
+    """
+    return pgd_train_step(
+        state,
+        batch,
+        key,
+        eps=eps,
+        steps=1,
+        step_fraction=step_fraction,
+        adv_mix=adv_mix,
+        use_augment=use_augment,
+    )
+
+
+def _kl(p_logits: Array, q_logits: Array) -> Array:
+    """Per-example KL(softmax(p_logits) || softmax(q_logits))."""
+    log_p, log_q = jax.nn.log_softmax(p_logits), jax.nn.log_softmax(q_logits)
+    return jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
+
+
+def trades_examples(
+    logits_fn: LogitsFn, x: Array, eps, *, key: jax.Array, steps: int, step_size
+) -> Array:
+    """TRADES inner maximisation: signed ascent on KL(f(x) || f(x')) from x + 0.001 N(0, 1).
+
+    Projects to the eps-ball and [0, 1] after every step and returns the last iterate.
+    Reference: Zhang et al., "Theoretically Principled Trade-off between Robustness and
+    Accuracy", ICML 2019.
+    """
+    check_eps(eps)
+    clean = jax.lax.stop_gradient(logits_fn(x))
+    x0 = jnp.clip(x + 0.001 * jax.random.normal(key, x.shape, x.dtype), 0.0, 1.0)
+
+    def body(_, x_adv):
+        grad = jax.grad(lambda z: _kl(clean, logits_fn(z)).sum())(x_adv)
+        x_next = x_adv + step_size * jnp.sign(grad)
+        return jnp.clip(jnp.clip(x_next, x - eps, x + eps), 0.0, 1.0)
+
+    return jax.lax.fori_loop(0, steps, body, x0)
+
+
+def trades_train_step(
+    state: TrainState,
+    batch: Batch,
+    key: jax.Array,
+    *,
+    eps: float = 8 / 255,
+    steps: int = 10,
+    step_fraction: float = 0.25,
+    beta: float = 6.0,
+    use_augment: bool = True,
+) -> tuple[TrainState, dict[str, Array]]:
+    """One AdamW step on CE(f(x), y) + beta * KL(f(x) || f(x_adv)) (Zhang et al., 2019).
+
+    As in the authors' code, the attack uses the eval-mode model (running statistics, no
+    dropout) and the loss two train-mode passes, clean then adversarial, each with its own
+    batch statistics (running statistics updated by both). Keys: `split(key, 4)` =
+    (augmentation, dropout of the clean pass, random start, dropout of the adversarial
+    pass). Metrics: loss, clean `accuracy`, `adv_accuracy` and the mean `kl`.
+    """
+    aug_key, dropout_key, start_key, adv_dropout_key = jax.random.split(key, 4)
+    x = _prepare(batch, aug_key, use_augment)
+    variables = {"params": state.params, "batch_stats": state.batch_stats}
+    eval_fn = lambda z: state.apply_fn(variables, z, train=False)  # noqa: E731
+    x_adv = trades_examples(
+        eval_fn, x, eps, key=start_key, steps=steps, step_size=step_fraction * eps
+    )
     x_adv = jax.lax.stop_gradient(x_adv)
-    both = jnp.concatenate([x, x_adv])
-    labels = jnp.concatenate([batch.labels, batch.labels])
-    state, loss, logits = _apply_gradients(state, both, labels, dropout_key)
-    correct = jnp.argmax(logits, -1) == labels
-    n = batch.labels.shape[0]
+
+    def loss_fn(params):
+        logits, updates = state.apply_fn(
+            {"params": params, "batch_stats": state.batch_stats},
+            x,
+            train=True,
+            rngs={"dropout": dropout_key},
+            mutable=["batch_stats"],
+        )
+        adv_logits, updates = state.apply_fn(
+            {"params": params, "batch_stats": updates["batch_stats"]},
+            x_adv,
+            train=True,
+            rngs={"dropout": adv_dropout_key},
+            mutable=["batch_stats"],
+        )
+        kl = _kl(logits, adv_logits).mean()
+        loss = per_example_cross_entropy(logits, batch.labels).mean() + beta * kl
+        return loss, (logits, adv_logits, kl, updates)
+
+    (loss, (logits, adv_logits, kl, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params
+    )
+    state = state.apply_gradients(grads=grads, batch_stats=updates["batch_stats"])
     return state, {
         "loss": loss,
-        "accuracy": jnp.mean(correct[:n]),
-        "adv_accuracy": jnp.mean(correct[n:]),
+        "accuracy": jnp.mean(jnp.argmax(logits, -1) == batch.labels),
+        "adv_accuracy": jnp.mean(jnp.argmax(adv_logits, -1) == batch.labels),
+        "kl": kl,
     }
+
+
+def train_step_fn(config: TrainConfig) -> Callable:
+    """The pure, unjitted `step(state, batch, key) -> (state, metrics)` for `config.mode`."""
+    settings, eps, aug = config.adv_settings(), config.adv_eps, config.augment
+    if config.mode == "fgsm":
+        return functools.partial(
+            fgsm_train_step, eps=eps, use_augment=aug, adv_mix=settings["adv_mix"]
+        )
+    if config.mode in ("fgsm_rs", "pgd"):
+        return functools.partial(
+            pgd_train_step,
+            eps=eps,
+            steps=settings.get("adv_steps", 1),
+            step_fraction=settings["adv_step_fraction"],
+            adv_mix=settings["adv_mix"],
+            use_augment=aug,
+        )
+    if config.mode == "trades":
+        return functools.partial(
+            trades_train_step,
+            eps=eps,
+            steps=settings["adv_steps"],
+            step_fraction=settings["adv_step_fraction"],
+            beta=settings["trades_beta"],
+            use_augment=aug,
+        )
+    return functools.partial(standard_train_step, use_augment=aug)
 
 
 def make_train_step(config: TrainConfig):
@@ -162,11 +438,7 @@ def make_train_step(config: TrainConfig):
     The input state's buffers are donated (updated in place), so the state passed in must
     not be used again; keep the returned one.
     """
-    if config.mode == "fgsm":
-        step = functools.partial(fgsm_train_step, eps=config.adv_eps, use_augment=config.augment)
-    else:
-        step = functools.partial(standard_train_step, use_augment=config.augment)
-    return jax.jit(step, donate_argnums=0)
+    return jax.jit(train_step_fn(config), donate_argnums=0)
 
 
 @jax.jit
@@ -184,15 +456,23 @@ def eval_step(state: TrainState, batch: Batch) -> dict[str, Array]:
 
 
 __all__ = [
+    "ADV_DEFAULTS",
     "Batch",
+    "TRAINING_MODES",
     "TrainConfig",
     "TrainState",
     "create_train_state",
     "eval_step",
+    "fgsm_rs_train_step",
     "fgsm_train_step",
     "load_checkpoint",
     "make_optimizer",
     "make_train_step",
+    "pgd_train_step",
+    "random_start_pgd",
     "save_checkpoint",
     "standard_train_step",
+    "trades_examples",
+    "trades_train_step",
+    "train_step_fn",
 ]
