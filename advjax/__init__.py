@@ -2,19 +2,27 @@
 
 from advjax import (
     aggregate,
+    apgd,
+    attack_spec,
     attacks,
     augment,
+    campaign,
     checkpoint,
     data,
+    early_stop,
+    ensemble,
     evaluate,
     fit,
     gate,
+    keys,
     layers,
     metrics,
     model,
     records,
     sanity,
     scoring,
+    sharding,
+    square,
     summary,
     threat_model,
     train,
@@ -25,6 +33,7 @@ from advjax.data import Cifar10, DataError, load_cifar10, study_splits
 from advjax.metrics import wilson_interval
 from advjax.model import CompactCNN, eval_logits_fn
 from advjax.records import CaseRecord, RecordLog
+from advjax.square import square_linf
 from advjax.threat_model import ThreatModel
 from advjax.train import TrainConfig, TrainState, create_train_state, make_train_step
 
@@ -41,16 +50,22 @@ __all__ = [
     "TrainConfig",
     "TrainState",
     "aggregate",
+    "apgd",
+    "attack_spec",
     "attacks",
     "augment",
+    "campaign",
     "checkpoint",
     "create_train_state",
     "data",
+    "early_stop",
+    "ensemble",
     "eval_logits_fn",
     "evaluate",
     "fgsm",
     "fit",
     "gate",
+    "keys",
     "layers",
     "load_checkpoint",
     "load_cifar10",
@@ -63,6 +78,9 @@ __all__ = [
     "sanity",
     "save_checkpoint",
     "scoring",
+    "sharding",
+    "square",
+    "square_linf",
     "study_splits",
     "summary",
     "threat_model",
