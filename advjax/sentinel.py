@@ -29,8 +29,6 @@ from advjax.types import Array
 
 SELECTION_CRITERIA = ("val_accuracy", "val_pgd_accuracy")
 
-_PROBE_STREAM, _PROBE_ATTACK_STREAM, _VAL_STREAM, _VAL_ATTACK_STREAM = range(4)
-
 
 def _check_int(name: str, value, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
@@ -111,22 +109,21 @@ def subset_indices(n: int, size: int, key: jax.Array) -> np.ndarray:
     return np.sort(np.asarray(jax.random.permutation(key, n))[: min(size, n)])
 
 
-@functools.partial(jax.jit, static_argnames="steps")
+@functools.partial(jax.jit, static_argnames=("apply_fn", "steps"))
 def _attack_counts(
-    state, images: Array, labels: Array, mask: Array, keys, eps, step_size, *, steps
-):
+    apply_fn, variables, images: Array, labels: Array, mask: Array, keys, eps, step_size, *, steps
+) -> Array:
     """Numbers correct (clean, FGSM, PGD) of the eval-mode model over the unmasked examples."""
 
     def logits_fn(x: Array) -> Array:
-        return state.apply_fn(
-            {"params": state.params, "batch_stats": state.batch_stats}, x, train=False
-        )
+        return apply_fn(variables, x, train=False)
 
     x = to_float(images)
     x_fgsm = fgsm(logits_fn, x, labels, eps)
     x_pgd = pgd_search(logits_fn, x, labels, eps, key=keys, steps=steps, step_size=step_size).x_adv
-    counts = [jnp.sum(mask & (jnp.argmax(logits_fn(z), -1) == labels)) for z in (x, x_fgsm, x_pgd)]
-    return jnp.stack(counts)
+    return jnp.stack(
+        [jnp.sum(mask & (jnp.argmax(logits_fn(z), -1) == labels)) for z in (x, x_fgsm, x_pgd)]
+    )
 
 
 def pgd_accuracy(
@@ -140,30 +137,41 @@ def pgd_accuracy(
     key: jax.Array,
     batch_size: int = 256,
 ) -> dict[str, float]:
-    """Clean, FGSM and PGD accuracy of the eval-mode model of `state` on uint8 images.
+    """Clean, FGSM and PGD accuracy of the eval-mode model of a `TrainState` on uint8 images.
 
-    PGD has one random start per example from `fold_in(key, i)` (i the example's index
-    here), so the same images and key give the same starts whatever the batch size; the
-    last batch is padded to `batch_size` so one compilation serves every call.
+    PGD (`advjax.attacks.pgd_search`, one restart) starts example i at its own random
+    point from `fold_in(key, i)`, so the same images and key give the same starts whatever
+    the batching. Every batch, the last one padded, has `batch_size` images, so one
+    compilation per model serves every call.
 
     Returns:
       {"clean_accuracy", "fgsm_accuracy", "pgd_accuracy"}.
+
+    Raises:
+      ValueError: eps outside [0, 1], steps or batch_size < 1.
+
+    Example:
+      >>> pgd_accuracy(state, images, labels, eps=8 / 255, steps=10, step_size=2 / 255,
+      ...              key=jax.random.key(0))["pgd_accuracy"]
     """
+    check_eps(eps)
+    _check_int("steps", steps, 1)
+    _check_int("batch_size", batch_size, 1)
+    images, labels = np.asarray(images), np.asarray(labels)
     n = len(labels)
-    batch_size = min(batch_size, n)
     keys = case_keys(key, np.arange(n))
+    variables = {"params": state.params, "batch_stats": state.batch_stats}
     totals = np.zeros(3, np.int64)
     for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
-        idx = np.arange(start, start + batch_size) % n
-        idx[stop - start :] = idx[0]  # padding, masked out
-        mask = np.arange(batch_size) < stop - start
+        count = min(batch_size, n - start)
+        idx = start + np.arange(batch_size) % count  # the last batch repeats its images
         totals += np.asarray(
             _attack_counts(
-                state,
-                jnp.asarray(np.asarray(images)[idx]),
-                jnp.asarray(np.asarray(labels)[idx]),
-                jnp.asarray(mask),
+                state.apply_fn,
+                variables,
+                jnp.asarray(images[idx]),
+                jnp.asarray(labels[idx]),
+                jnp.asarray(np.arange(batch_size) < count),
                 keys[idx],
                 jnp.float32(eps),
                 jnp.float32(step_size),
@@ -179,36 +187,33 @@ def make_probe(
 ) -> Callable[[object], dict[str, float]]:
     """The per-epoch probe `probe(state) -> metrics` that `fit` adds to each history record.
 
-    Metrics: `probe_clean_accuracy`, `probe_fgsm_accuracy`, `probe_pgd_accuracy` on the
-    fixed training subset, and, when selecting by it, `val_pgd_accuracy` (with
-    `val_subset_clean_accuracy`) on the fixed validation subset. Both attacks use the
-    eval-mode model; validation images only, never test data.
+    Metrics: `probe_clean_accuracy`, `probe_fgsm_accuracy` and `probe_pgd_accuracy` on
+    the fixed training subset and, when selecting by it, `val_pgd_accuracy` (with
+    `val_subset_clean_accuracy`) on the fixed validation subset. Both use the eval-mode
+    model, eps = `sentinel.eps` or else `adv_eps`, and the same random starts every epoch.
+    Validation images only, never test data.
     """
     eps = adv_eps if sentinel.eps is None else sentinel.eps
     root = jax.random.key(sentinel.seed)
+    p_idx = subset_indices(len(train.labels), sentinel.probe_size, jax.random.fold_in(root, 0))
+    p_images, p_labels = np.asarray(train.images)[p_idx], np.asarray(train.labels)[p_idx]
+    v_idx = subset_indices(len(val.labels), sentinel.val_size, jax.random.fold_in(root, 1))
+    v_images, v_labels = np.asarray(val.images)[v_idx], np.asarray(val.labels)[v_idx]
+    use_val = sentinel.select_by == "val_pgd_accuracy"
+    largest = max(len(p_idx), len(v_idx) if use_val else 0)
     attack = functools.partial(
         pgd_accuracy,
         eps=eps,
         steps=sentinel.steps,
         step_size=sentinel.step_fraction * eps,
-        batch_size=sentinel.batch_size,
+        batch_size=min(sentinel.batch_size, largest),  # one batch shape for both subsets
     )
-    p_idx = subset_indices(
-        len(train.labels), sentinel.probe_size, jax.random.fold_in(root, _PROBE_STREAM)
-    )
-    p_images, p_labels = np.asarray(train.images)[p_idx], np.asarray(train.labels)[p_idx]
-    v_idx = subset_indices(
-        len(val.labels), sentinel.val_size, jax.random.fold_in(root, _VAL_STREAM)
-    )
-    v_images, v_labels = np.asarray(val.images)[v_idx], np.asarray(val.labels)[v_idx]
 
     def probe(state) -> dict[str, float]:
-        out = attack(state, p_images, p_labels, key=jax.random.fold_in(root, _PROBE_ATTACK_STREAM))
+        out = attack(state, p_images, p_labels, key=jax.random.fold_in(root, 2))
         metrics = {f"probe_{k}": v for k, v in out.items()}
-        if sentinel.select_by == "val_pgd_accuracy":
-            out = attack(
-                state, v_images, v_labels, key=jax.random.fold_in(root, _VAL_ATTACK_STREAM)
-            )
+        if use_val:
+            out = attack(state, v_images, v_labels, key=jax.random.fold_in(root, 3))
             metrics.update(
                 val_pgd_accuracy=out["pgd_accuracy"],
                 val_subset_clean_accuracy=out["clean_accuracy"],

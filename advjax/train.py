@@ -217,6 +217,11 @@ def fgsm_train_step(
     return _train_on(state, x, x_adv, batch.labels, dropout_key, adv_mix)
 
 
+def _check_steps(steps) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+        raise ValueError(f"steps={steps!r} must be an integer >= 1")
+
+
 def random_start_pgd(
     logits_fn: LogitsFn,
     x: ArrayLike,
@@ -254,8 +259,7 @@ def random_start_pgd(
     "Towards Deep Learning Models Resistant to Adversarial Attacks", ICLR 2018.
     """
     check_eps(eps)
-    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
-        raise ValueError(f"steps={steps!r} must be an integer >= 1")
+    _check_steps(steps)
     x, y = jnp.asarray(x), jnp.asarray(y)
     state = pgd_steps(logits_fn, pgd_start(x, eps, key), x, y, eps, step_size, 0, steps)
     return state.x_adv
@@ -325,15 +329,29 @@ def _kl(p_logits: Array, q_logits: Array) -> Array:
 
 
 def trades_examples(
-    logits_fn: LogitsFn, x: Array, eps, *, key: jax.Array, steps: int, step_size
+    logits_fn: LogitsFn,
+    x: ArrayLike,
+    eps: float | ArrayLike,
+    *,
+    key: jax.Array,
+    steps: int,
+    step_size: float | ArrayLike,
 ) -> Array:
     """TRADES inner maximisation: signed ascent on KL(f(x) || f(x')) from x + 0.001 N(0, 1).
 
-    Projects to the eps-ball and [0, 1] after every step and returns the last iterate.
+    Projects to the eps-ball and [0, 1] after every step and returns the last iterate
+    (labels are not used). Raises ValueError for eps outside [0, 1] or steps < 1.
+
+    Example:
+      >>> x_adv = trades_examples(logits_fn, x, 8 / 255, key=key, steps=10,
+      ...                         step_size=2 / 255)
+
     Reference: Zhang et al., "Theoretically Principled Trade-off between Robustness and
     Accuracy", ICML 2019.
     """
     check_eps(eps)
+    _check_steps(steps)
+    x = jnp.asarray(x)
     clean = jax.lax.stop_gradient(logits_fn(x))
     x0 = jnp.clip(x + 0.001 * jax.random.normal(key, x.shape, x.dtype), 0.0, 1.0)
 

@@ -23,7 +23,7 @@ def test_every_name_in_dunder_all_imports_and_exists():
 @pytest.mark.parametrize("module", ["aggregate", "apgd", "attack_spec", "attacks", "augment",
                                     "campaign", "checkpoint", "data", "early_stop", "ensemble",
                                     "evaluate", "fit", "gate", "io", "keys", "layers", "metrics",
-                                    "model", "plots", "records", "sanity", "scoring", "sharding",
+                                    "model", "plots", "records", "sanity", "scoring", "sentinel", "sharding",
                                     "square", "summary", "threat_model", "train"])  # fmt: skip
 def test_submodules_export_what_they_list(module):
     """Every name in a submodule's __all__ (where it has one) exists in that submodule."""
