@@ -6,6 +6,7 @@ number from the records alone; run the sanity checks; write `summary.json`; appl
 declared release policy (`policy.json`) to it.
 """
 
+import json
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from advjax.aggregate import aggregate_records, find_group
 from advjax.attacks import per_example_cross_entropy
 from advjax.campaign import AttackSpec, attack_group, make_program, model_hash, run_attack
 from advjax.gate import decide, format_decision, load_policy
-from advjax.io import atomic_write_npz
+from advjax.io import atomic_write_json, atomic_write_npz
 from advjax.model import eval_logits_fn
 from advjax.records import CaseRecord, RecordLog
 from advjax.sanity import Check, run_checks, zero_gradient_fraction
@@ -27,6 +28,9 @@ from advjax.threat_model import ThreatModel, format_eps
 from advjax.train import load_checkpoint
 from experiments.study_config import StudyConfig
 
+ATTACK_SECONDS_FILE = "attack_seconds.json"
+"""Wall seconds of attack compute per model and attack, summed over the invocations that
+wrote its records (a resumed run adds its part; a run that reuses every record adds 0)."""
 RECORDS_FILE, SUMMARY_FILE, POLICY_FILE, GATE_FILE = (
     "records.jsonl",
     "summary.json",
@@ -161,10 +165,13 @@ def evaluate_model(
     """Attack one model with every spec into `log`; return its extra evidence."""
     logits_fn, mhash = load_model(ckpt)
     ids = np.arange(len(y))
-    started = time.perf_counter()
+    times_path = out / ATTACK_SECONDS_FILE
+    times = json.loads(times_path.read_text()) if times_path.exists() else {}
+    mine = times.setdefault(spec.name, {})
     for attack in attack_specs(config):
         source_fn, source_hash = surrogate if attack.source else (None, None)
-        run_attack(
+        started = time.perf_counter()
+        written = run_attack(
             log,
             threat_model=threat_model,
             spec=attack,
@@ -180,7 +187,10 @@ def evaluate_model(
             show_progress=show_progress,
             log_line=log_line,
         )
-    seconds = time.perf_counter() - started
+        if written:  # compute spent on new records adds to what earlier invocations spent
+            mine[attack.name] = mine.get(attack.name, 0.0) + time.perf_counter() - started
+            atomic_write_json(times_path, times)
+    seconds = sum(mine.values())
     pgd = attack_specs(config)[1]
     top = max(config.eps_list)
     k = min(config.saved_examples, len(y))

@@ -120,7 +120,9 @@ def environment() -> dict:
         "devices": [str(d) for d in jax.devices()],
         "versions": {m.__name__: m.__version__ for m in (jax, flax, optax, chex, np, matplotlib)},
         "git_revision": git("rev-parse", "HEAD"),
-        "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "git_dirty": bool(
+            git("status", "--porcelain", "--untracked-files=no", "--", "advjax", "experiments")
+        ),
     }
 
 
