@@ -41,16 +41,14 @@ def training_curves(history: list[dict], title: str, path) -> None:
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.6))
     ax_loss.plot(epochs, [h["train_loss"] for h in history], "o-", label="train loss")
     ax_loss.plot(epochs, [h["val_loss"] for h in history], "s-", label="validation loss")
-    ax_acc.plot(
-        epochs, [100 * h["train_accuracy"] for h in history], "o-", label="train accuracy (clean)"
-    )
-    if "train_adv_accuracy" in history[0]:
-        ax_acc.plot(
-            epochs,
-            [100 * h["train_adv_accuracy"] for h in history],
-            "^-",
-            label="train accuracy (FGSM)",
-        )
+    for key, style, label in (
+        ("train_accuracy", "o-", "train accuracy (clean)"),
+        ("train_adv_accuracy", "^-", "train accuracy (adversarial)"),
+        ("probe_pgd_accuracy", "v--", "sentinel probe PGD accuracy (train batch)"),
+        ("val_pgd_accuracy", "d--", "validation PGD accuracy"),
+    ):
+        if key in history[0]:
+            ax_acc.plot(epochs, [100 * h[key] for h in history], style, label=label)
     ax_acc.plot(
         epochs, [100 * h["val_accuracy"] for h in history], "s-", label="validation accuracy"
     )

@@ -19,6 +19,7 @@ from advjax.fit import fit
 from advjax.io import atomic_write_json, atomic_write_npz
 from advjax.model import CompactCNN
 from advjax.records import RecordLog
+from advjax.sentinel import SentinelConfig
 from advjax.train import Batch, TrainConfig
 from experiments.evaluation import (
     RECORDS_FILE,
@@ -71,8 +72,15 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
     val = Batch(data.train_images[splits.val], data.train_labels[splits.val])
     log(f"[train] {spec.name}: {spec.mode} on {len(idx):,} images, {spec.epochs} epochs")
     started = time.perf_counter()
+    sentinel = SentinelConfig(select_by="val_pgd_accuracy") if spec.robust_selection else None
     result = fit(
-        train_config(config, spec), train, val, show_progress=show_progress, log=log, name=spec.name
+        train_config(config, spec),
+        train,
+        val,
+        show_progress=show_progress,
+        log=log,
+        name=spec.name,
+        sentinel=sentinel,
     )
     seconds = time.perf_counter() - started
     variables = {"params": result.state.params, "batch_stats": result.state.batch_stats}
@@ -80,6 +88,7 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
         "config_digest": digest,
         "spec": dataclasses.asdict(spec),
         "train_config": dataclasses.asdict(train_config(config, spec)),
+        "sentinel": dataclasses.asdict(sentinel) if sentinel else None,
         "history": result.history,
         "best_epoch": result.best_epoch,
         "best_val_accuracy": result.best_val_accuracy,

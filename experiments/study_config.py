@@ -17,12 +17,15 @@ class ModelSpec:
     epochs: int
     label: str
     seed: int | None = None  # None: the study's seed
+    robust_selection: bool = False  # train with the sentinel, select by validation PGD
 
     def to_dict(self) -> dict:
-        """Fields for hashing; `seed` only when set (keeps older digests valid)."""
+        """Fields for hashing; the optional ones only when set (keeps older digests valid)."""
         d = dataclasses.asdict(self)
         if d["seed"] is None:
             d.pop("seed")
+        if not d["robust_selection"]:
+            d.pop("robust_selection")
         return d
 
 
@@ -31,6 +34,16 @@ FGSM_REFERENCE = ModelSpec(
     "fgsm_reference", "fgsm", 8000, 5, "FGSM-AT, reference budget (8k, 5 ep)"
 )
 FGSM_MATCHED = ModelSpec("fgsm_matched", "fgsm", 15000, 12, "FGSM-AT, matched budget (15k, 12 ep)")
+FGSM_RS_MATCHED = ModelSpec(
+    "fgsm_rs_matched",
+    "fgsm_rs",
+    15000,
+    12,
+    "FGSM-RS-AT, matched budget (15k, 12 ep, PGD-selected)",
+    robust_selection=True,
+)
+"""FGSM with random start (Wong et al. 2020), adversarial examples only, step 1.25 eps, with
+the catastrophic-overfitting sentinel; checkpoint chosen by validation PGD-10 accuracy."""
 SURROGATE = ModelSpec(
     "surrogate", "standard", 15000, 12, "Transfer surrogate (standard CNN, seed 4242)", seed=4242
 )
@@ -48,7 +61,7 @@ class StudyConfig:
     train_size: int = 15000
     val_size: int = 3000
     eval_size: int = 1000
-    models: tuple[ModelSpec, ...] = (STANDARD, FGSM_REFERENCE, FGSM_MATCHED)
+    models: tuple[ModelSpec, ...] = (STANDARD, FGSM_REFERENCE, FGSM_MATCHED, FGSM_RS_MATCHED)
     batch_size: int = 128
     learning_rate: float = 1e-3
     weight_decay: float = 5e-4
@@ -142,6 +155,7 @@ def profile(name: str) -> StudyConfig:
                 dataclasses.replace(STANDARD, train_size=2000, epochs=2),
                 dataclasses.replace(FGSM_REFERENCE, train_size=1000, epochs=1),
                 dataclasses.replace(FGSM_MATCHED, train_size=2000, epochs=2),
+                dataclasses.replace(FGSM_RS_MATCHED, train_size=1000, epochs=1),
             ),
             pgd_steps=5,
             attack_batch_size=100,

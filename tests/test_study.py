@@ -31,7 +31,12 @@ def quick_run(tmp_path_factory):
 def test_quick_profile_writes_results_tables_figures_and_checkpoints(quick_run):
     out, results = quick_run
     on_disk = json.loads((out / "results.json").read_text())
-    assert on_disk["models"].keys() == {"standard", "fgsm_reference", "fgsm_matched"}
+    assert on_disk["models"].keys() == {
+        "standard",
+        "fgsm_reference",
+        "fgsm_matched",
+        "fgsm_rs_matched",
+    }
     assert on_disk["config"]["profile"] == "quick"
     for key in ("command", "environment", "data", "timings_seconds", "threat_model", "reference"):
         assert key in on_disk
@@ -149,8 +154,8 @@ def test_dry_run_counts_queries_and_attacks_nothing(tmp_path, capsys):
     estimate = cifar_robustness.main(["--profile", "quick", "--dry-run", "--out", str(tmp_path)])
     assert not any(tmp_path.iterdir())
     rows = {row["attack"]: row for row in estimate["rows"]}
-    assert rows["pgd_budget"]["queries"] == 200 * 3 * 1 * 3 * 10
-    assert rows["pgd"]["queries"] == 200 * 3 * 5 * 5
+    assert rows["pgd_budget"]["queries"] == 200 * 4 * 1 * 3 * 10
+    assert rows["pgd"]["queries"] == 200 * 4 * 5 * 5
     assert estimate["seconds_per_query"] > 0
     assert "Threat model" in capsys.readouterr().out
 
