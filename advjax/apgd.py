@@ -24,6 +24,8 @@ from jax import lax
 from advjax.attacks import (
     _check_inputs,
     _check_positive_int,
+    _loss_and_grad,
+    _project,
     check_eps,
     per_example_cross_entropy,
     restart_keys,
@@ -100,7 +102,7 @@ def _l2_norm(v: Array) -> Array:
 def _project_ball(v: Array, x: Array, eps, norm: str) -> Array:
     """Project onto the eps-ball around x, then clip to [0, 1] (clipping stays in the ball)."""
     if norm == "linf":
-        return jnp.clip(jnp.clip(v, x - eps, x + eps), 0.0, 1.0)
+        return _project(v, x, eps)
     delta = v - x
     scale = jnp.minimum(1.0, eps / (_l2_norm(delta) + _TINY))
     return jnp.clip(x + delta * _per_example(scale, x), 0.0, 1.0)
@@ -194,24 +196,12 @@ class _APGDState(NamedTuple):
     kept: _Kept
 
 
-def _loss_and_grad(logits_fn: LogitsFn, loss_fn: LossFn, x: Array, y: Array):
-    """Per-example attack loss, logits and the input gradient of the summed loss."""
-
-    def total(z):
-        logits = logits_fn(z)
-        losses = loss_fn(logits, y)
-        return losses.sum(), (losses, logits)
-
-    (_, (losses, logits)), grad = jax.value_and_grad(total, has_aux=True)(x)
-    return losses, logits, grad
-
-
 def _apgd_single_restart(logits_fn, loss_fn, x, y, eps, key, *, steps, norm, rho, alpha) -> _Kept:
     """One APGD run (Algorithm 1 of the paper) from a uniform random start."""
     project = lambda v: _project_ball(v, x, eps, norm)  # noqa: E731
     is_check, interval = (jnp.asarray(a) for a in _checkpoints(steps))
     x0 = project(x + _random_start(key, x, eps, norm))
-    loss0, logits0, grad0 = _loss_and_grad(logits_fn, loss_fn, x0, y)
+    loss0, logits0, grad0 = _loss_and_grad(logits_fn, x0, y, loss_fn)
     kept = _Kept(x0, jnp.full(y.shape, -jnp.inf, loss0.dtype), jnp.full(y.shape, -1, jnp.int32))
     init = _APGDState(
         x=x0,
@@ -232,7 +222,7 @@ def _apgd_single_restart(logits_fn, loss_fn, x, y, eps, key, *, steps, norm, rho
         z = project(s.x + _per_example(s.eta, x) * _ascent_direction(s.grad, norm))
         a = jnp.where(k == 0, 1.0, alpha).astype(x.dtype)  # no momentum on the first step
         x_next = project(s.x + a * (z - s.x) + (1 - a) * (s.x - s.x_prev))
-        loss, logits, grad = _loss_and_grad(logits_fn, loss_fn, x_next, y)
+        loss, logits, grad = _loss_and_grad(logits_fn, x_next, y, loss_fn)
         better = loss > s.loss_max
         x_max = jnp.where(_per_example(better, x), x_next, s.x_max)
         grad_max = jnp.where(_per_example(better, x), grad, s.grad_max)

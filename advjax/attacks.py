@@ -60,12 +60,15 @@ def _check_inputs(x: ArrayLike, y: ArrayLike) -> tuple[Array, Array]:
     return x, y
 
 
-def _loss_and_grad(logits_fn: LogitsFn, x: Array, y: Array) -> tuple[Array, Array, Array]:
-    """Per-example loss, logits and the input gradient of the summed loss."""
+def _loss_and_grad(
+    logits_fn: LogitsFn, x: Array, y: Array, loss_fn=per_example_cross_entropy
+) -> tuple[Array, Array, Array]:
+    """Per-example loss (`loss_fn(logits, y)`, to maximise), logits and the input gradient
+    of the summed loss."""
 
     def total(z):
         logits = logits_fn(z)
-        losses = per_example_cross_entropy(logits, y)
+        losses = loss_fn(logits, y)
         return losses.sum(), (losses, logits)
 
     (_, (losses, logits)), grad = jax.value_and_grad(total, has_aux=True)(x)

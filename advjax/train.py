@@ -11,7 +11,14 @@ import jax.numpy as jnp
 import optax
 from flax.training import train_state
 
-from advjax.attacks import check_eps, fgsm, per_example_cross_entropy, pgd_start, pgd_steps
+from advjax.attacks import (
+    _project,
+    check_eps,
+    fgsm,
+    per_example_cross_entropy,
+    pgd_start,
+    pgd_steps,
+)
 from advjax.augment import augment, to_float
 from advjax.checkpoint import load_checkpoint, save_checkpoint
 from advjax.model import CompactCNN
@@ -357,8 +364,7 @@ def trades_examples(
 
     def body(_, x_adv):
         grad = jax.grad(lambda z: _kl(clean, logits_fn(z)).sum())(x_adv)
-        x_next = x_adv + step_size * jnp.sign(grad)
-        return jnp.clip(jnp.clip(x_next, x - eps, x + eps), 0.0, 1.0)
+        return _project(x_adv + step_size * jnp.sign(grad), x, eps)
 
     return jax.lax.fori_loop(0, steps, body, x0)
 
