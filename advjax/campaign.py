@@ -38,6 +38,7 @@ __all__ = [
     "run_attack",
     "attack_group",
     "replay_record",
+    "ListLog",
 ]
 
 
@@ -216,7 +217,7 @@ def replay_record(
         raise ValueError(f"record eps {record.eps} is not one of the spec's {spec.eps}")
     out: list[CaseRecord] = []
     attack_group(
-        _ListLog(out),
+        ListLog(out),
         make_program(logits_fn, spec, source_fn),
         threat_model=threat_model,
         spec=spec,
@@ -233,8 +234,8 @@ def replay_record(
     return new
 
 
-class _ListLog:
-    """A `RecordLog` stand-in that keeps records in a list (for replay)."""
+class ListLog:
+    """A `RecordLog` stand-in for `attack_group` that keeps the records in a list (replay)."""
 
     def __init__(self, out: list):
         self.out, self.path = out, "<replay>"

@@ -1,36 +1,15 @@
-"""Batched evaluation of a model under attack: predictions and first-break steps.
+"""A jitted attack-and-score function for one batch (used by the speed benchmarks).
 
-Thin, jitted drivers around the pure attacks for datasets larger than one batch. eps is
-a traced argument, so one compilation serves every eps of a study.
+Evaluations of many cases go through `advjax.campaign`, which records every case.
 """
-
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from advjax.attacks import check_eps, fgsm, pgd_search
-from advjax.progress import Progress
+from advjax.attacks import fgsm, pgd_search
 from advjax.types import Array, LogitsFn
 
 ATTACKS = ("fgsm", "pgd")
-
-
-class AttackRun(NamedTuple):
-    """Per-example outcome of one attack at one eps over a dataset."""
-
-    predictions: np.ndarray
-    broken_step: np.ndarray | None
-    x_adv: np.ndarray
-
-
-def predict(logits_fn: LogitsFn, x: np.ndarray, batch_size: int = 500) -> np.ndarray:
-    """Argmax predictions of `logits_fn` on float inputs, batch by batch."""
-    step = jax.jit(lambda xb: jnp.argmax(logits_fn(xb), axis=-1))
-    return np.concatenate(
-        [np.asarray(step(x[i : i + batch_size])) for i in range(0, len(x), batch_size)]
-    )
 
 
 def make_attack_fn(
@@ -66,42 +45,3 @@ def make_attack_fn(
         return x_adv, jnp.argmax(logits_fn(x_adv), axis=-1), broken
 
     return jax.jit(run)
-
-
-def attack_dataset(
-    attack_fn,
-    x: np.ndarray,
-    y: np.ndarray,
-    eps: float,
-    *,
-    key: jax.Array,
-    batch_size: int = 250,
-    keep_adv: int = 0,
-    desc: str = "attack",
-    show_progress: bool = True,
-) -> AttackRun:
-    """Run a `make_attack_fn` attack over (x, y) in batches; batch i uses fold_in(key, i).
-
-    Keeps the first `keep_adv` adversarial examples (float32) for inspection.
-    """
-    check_eps(eps)
-    bar = Progress(len(y), desc, show_progress)
-    preds, broken, kept = [], [], []
-    for i, start in enumerate(range(0, len(y), batch_size)):
-        xb, yb = (
-            jnp.asarray(x[start : start + batch_size]),
-            jnp.asarray(y[start : start + batch_size]),
-        )
-        x_adv, pred, broken_step = attack_fn(xb, yb, jnp.float32(eps), jax.random.fold_in(key, i))
-        preds.append(np.asarray(pred))
-        if broken_step is not None:
-            broken.append(np.asarray(broken_step))
-        if start < keep_adv:
-            kept.append(np.asarray(x_adv[: keep_adv - start]))
-        bar.update(len(yb))
-    bar.close()
-    return AttackRun(
-        predictions=np.concatenate(preds),
-        broken_step=np.concatenate(broken, axis=1) if broken else None,
-        x_adv=np.concatenate(kept) if kept else np.zeros((0,) + x.shape[1:], np.float32),
-    )

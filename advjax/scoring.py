@@ -1,6 +1,6 @@
 """Scoring an attack's output arrays into per-case records (pure; numpy on the host).
 
-The bridge between a batched attack (`advjax.attacks.pgd_search`, `advjax.evaluate`) and
+The bridge between a batched attack (`advjax.early_stop`, `advjax.campaign`) and
 the record log (`advjax.records`): perturbation sizes, validity, status and first-break
 tracking per case, with the provenance hashes every record carries.
 """

@@ -17,7 +17,14 @@ import numpy as np
 from advjax import metrics
 from advjax.aggregate import aggregate_records, find_group
 from advjax.attacks import per_example_cross_entropy
-from advjax.campaign import AttackSpec, attack_group, make_program, model_hash, run_attack
+from advjax.campaign import (
+    AttackSpec,
+    ListLog,
+    attack_group,
+    make_program,
+    model_hash,
+    run_attack,
+)
 from advjax.gate import decide, format_decision, load_policy
 from advjax.io import atomic_write_json, atomic_write_npz
 from advjax.model import eval_logits_fn
@@ -116,17 +123,9 @@ def replay_examples(
     """
     kept: dict[int, np.ndarray] = {}
 
-    class Capture(list):
-        path = "<replay>"
-
-        def append(self, new):
-            new = list(new)
-            self.extend(new)
-            return len(new)
-
-    replayed = Capture()
+    replayed: list = []
     attack_group(
-        replayed,
+        ListLog(replayed),
         make_program(logits_fn, spec),
         threat_model=threat_model,
         spec=spec,
