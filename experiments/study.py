@@ -51,13 +51,18 @@ def train_config(config: StudyConfig, spec: ModelSpec) -> TrainConfig:
     )
 
 
-def model_train_indices(config: StudyConfig, spec: ModelSpec, data: Cifar10, train_idx: np.ndarray):
-    """The model's training images: the study's subset, or a stratified part of it."""
-    if spec.train_size == len(train_idx):
-        return train_idx
+def model_train_indices(config: StudyConfig, spec: ModelSpec, data: Cifar10, splits) -> np.ndarray:
+    """The model's training images: the study's subset or, for a `full_split` model, every
+    training image outside validation; or a stratified part of either."""
+    if spec.full_split:
+        pool = np.setdiff1d(np.arange(len(data.train_labels)), splits.val)
+    else:
+        pool = splits.train
+    if spec.train_size == len(pool):
+        return pool
     key = jax.random.fold_in(jax.random.key(config.seed), _SUBSET_STREAM)
-    part = stratified_indices(data.train_labels[train_idx], spec.train_size, key)
-    return train_idx[part]
+    part = stratified_indices(data.train_labels[pool], spec.train_size, key)
+    return pool[part]
 
 
 def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log) -> Path:
@@ -67,7 +72,7 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
     if path.exists() and read_checkpoint(path)["metadata"].get("config_digest") == digest:
         log(f"[train] {spec.name}: reusing {path}")
         return path
-    idx = model_train_indices(config, spec, data, splits.train)
+    idx = model_train_indices(config, spec, data, splits)
     train = Batch(data.train_images[idx], data.train_labels[idx])
     val = Batch(data.train_images[splits.val], data.train_labels[splits.val])
     log(f"[train] {spec.name}: {spec.mode} on {len(idx):,} images, {spec.epochs} epochs")
