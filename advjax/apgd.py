@@ -21,21 +21,22 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from advjax import norms
 from advjax.attacks import (
     _check_inputs,
     _check_positive_int,
     _loss_and_grad,
-    _project,
-    check_eps,
+    check_budget,
     per_example_cross_entropy,
     restart_keys,
 )
+from advjax.losses import per_example_dlr, per_example_targeted_dlr
+from advjax.norms import TINY, ascent_direction, per_example, random_start
 from advjax.types import Array, ArrayLike, LogitsFn
 
 __all__ = ["APGDResult", "apgd", "apgd_targeted", "per_example_dlr", "per_example_targeted_dlr"]
 
-NORMS = ("linf", "l2")
-_TINY = 1e-12
+_TINY = TINY
 LossFn = Callable[[Array, Array], Array]  # (logits, labels) -> per-example loss to maximise
 
 
@@ -59,77 +60,7 @@ class APGDResult(NamedTuple):
 # Losses (per example; the attacker maximises them).
 
 
-def per_example_dlr(logits: Array, labels: Array) -> Array:
-    """Untargeted Difference of Logits Ratio, -(z_y - max_{i!=y} z_i) / (z_pi1 - z_pi3).
-
-    Positive exactly when the example is misclassified; unchanged when the logits are
-    shifted or scaled by a positive factor (z_pi are the logits sorted descending).
-    """
-    if logits.shape[-1] < 3:
-        raise ValueError(f"the DLR loss needs >= 3 classes, got {logits.shape=}")
-    top, index = lax.top_k(logits, 3)
-    true = jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
-    other = jnp.where(index[:, 0] == labels, top[:, 1], top[:, 0])
-    return -(true - other) / (top[:, 0] - top[:, 2] + _TINY)
-
-
-def per_example_targeted_dlr(logits: Array, labels: Array, targets: Array) -> Array:
-    """Targeted DLR, -(z_y - z_t) / (z_pi1 - (z_pi3 + z_pi4) / 2): pushes z_t above z_y."""
-    if logits.shape[-1] < 4:
-        raise ValueError(f"the targeted DLR loss needs >= 4 classes, got {logits.shape=}")
-    top = lax.top_k(logits, 4)[0]
-    true = jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
-    target = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-    return -(true - target) / (top[:, 0] - 0.5 * (top[:, 2] + top[:, 3]) + _TINY)
-
-
 _LOSS_FNS: dict[str, LossFn] = {"ce": per_example_cross_entropy, "dlr": per_example_dlr}
-
-
-# ---------------------------------------------------------------------------
-# Geometry of the threat model.
-
-
-def _per_example(values: Array, like: Array) -> Array:
-    """Reshape per-example values (B,) to broadcast against a batch like `like`."""
-    return values.reshape((-1,) + (1,) * (like.ndim - 1))
-
-
-def _l2_norm(v: Array) -> Array:
-    return jnp.sqrt(jnp.sum(jnp.square(v), axis=tuple(range(1, v.ndim))))
-
-
-def _project_ball(v: Array, x: Array, eps, norm: str) -> Array:
-    """Project onto the eps-ball around x, then clip to [0, 1] (clipping stays in the ball)."""
-    if norm == "linf":
-        return _project(v, x, eps)
-    delta = v - x
-    scale = jnp.minimum(1.0, eps / (_l2_norm(delta) + _TINY))
-    return jnp.clip(x + delta * _per_example(scale, x), 0.0, 1.0)
-
-
-def _ascent_direction(grad: Array, norm: str) -> Array:
-    """Steepest ascent direction of unit norm: sign for L-inf, grad / ||grad||_2 for L2."""
-    if norm == "linf":
-        return jnp.sign(grad)
-    return grad / _per_example(_l2_norm(grad) + _TINY, grad)
-
-
-def _random_start(key: jax.Array, x: Array, eps, norm: str) -> Array:
-    """Uniform noise in the eps-ball: one draw for the batch (scalar key) or one per example."""
-
-    def draw(k: jax.Array, shape: tuple[int, ...]) -> Array:
-        if norm == "linf":
-            return jax.random.uniform(k, shape, x.dtype, minval=-eps, maxval=eps)
-        k_dir, k_rad = jax.random.split(k)
-        direction = jax.random.normal(k_dir, shape, x.dtype)
-        dim = math.prod(shape[1:])
-        radius = eps * jax.random.uniform(k_rad, shape[:1], x.dtype) ** (1.0 / dim)
-        return direction * _per_example(radius / (_l2_norm(direction) + _TINY), direction)
-
-    if key.ndim == 0:
-        return draw(key, x.shape)
-    return jax.vmap(lambda k: draw(k, (1,) + x.shape[1:])[0])(key)
 
 
 # ---------------------------------------------------------------------------
@@ -165,7 +96,7 @@ def _keep(kept: _Kept, step, x_k: Array, losses: Array, logits: Array, y: Array)
     newly_broken = unbroken & (jnp.argmax(logits, axis=-1) != y)
     improved = unbroken & (newly_broken | (losses > kept.best_loss))
     return _Kept(
-        best=jnp.where(_per_example(improved, x_k), x_k, kept.best),
+        best=jnp.where(per_example(improved, x_k), x_k, kept.best),
         best_loss=jnp.where(improved, losses, kept.best_loss),
         broken_step=jnp.where(newly_broken, step, kept.broken_step),
     )
@@ -177,7 +108,7 @@ def _select_restart(kept: _Kept) -> tuple[Array, Array]:
     choice = jnp.where(
         broken.any(axis=0), jnp.argmax(broken, axis=0), jnp.argmax(kept.best_loss, axis=0)
     )
-    best = jnp.take_along_axis(kept.best, _per_example(choice, kept.best[0])[None], axis=0)[0]
+    best = jnp.take_along_axis(kept.best, per_example(choice, kept.best[0])[None], axis=0)[0]
     return best, jnp.take_along_axis(kept.best_loss, choice[None], axis=0)[0]
 
 
@@ -198,9 +129,9 @@ class _APGDState(NamedTuple):
 
 def _apgd_single_restart(logits_fn, loss_fn, x, y, eps, key, *, steps, norm, rho, alpha) -> _Kept:
     """One APGD run (Algorithm 1 of the paper) from a uniform random start."""
-    project = lambda v: _project_ball(v, x, eps, norm)  # noqa: E731
+    project = lambda v: norms.project(v, x, eps, norm)  # noqa: E731
     is_check, interval = (jnp.asarray(a) for a in _checkpoints(steps))
-    x0 = project(x + _random_start(key, x, eps, norm))
+    x0 = project(x + random_start(key, x, eps, norm))
     loss0, logits0, grad0 = _loss_and_grad(logits_fn, x0, y, loss_fn)
     kept = _Kept(x0, jnp.full(y.shape, -jnp.inf, loss0.dtype), jnp.full(y.shape, -1, jnp.int32))
     init = _APGDState(
@@ -219,13 +150,13 @@ def _apgd_single_restart(logits_fn, loss_fn, x, y, eps, key, *, steps, norm, rho
     )
 
     def body(k, s: _APGDState) -> _APGDState:
-        z = project(s.x + _per_example(s.eta, x) * _ascent_direction(s.grad, norm))
+        z = project(s.x + per_example(s.eta, x) * ascent_direction(s.grad, norm))
         a = jnp.where(k == 0, 1.0, alpha).astype(x.dtype)  # no momentum on the first step
         x_next = project(s.x + a * (z - s.x) + (1 - a) * (s.x - s.x_prev))
         loss, logits, grad = _loss_and_grad(logits_fn, x_next, y, loss_fn)
         better = loss > s.loss_max
-        x_max = jnp.where(_per_example(better, x), x_next, s.x_max)
-        grad_max = jnp.where(_per_example(better, x), grad, s.grad_max)
+        x_max = jnp.where(per_example(better, x), x_next, s.x_max)
+        grad_max = jnp.where(per_example(better, x), grad, s.grad_max)
         loss_max = jnp.where(better, loss, s.loss_max)
         increases = s.increases + (loss > s.loss).astype(jnp.int32)
 
@@ -235,7 +166,7 @@ def _apgd_single_restart(logits_fn, loss_fn, x, y, eps, key, *, steps, norm, rho
         cond1 = increases < rho * interval[k + 1]
         cond2 = ~s.halved_at_check & (loss_max <= s.loss_max_at_check)
         halve = check & (cond1 | cond2)
-        back = _per_example(halve, x)
+        back = per_example(halve, x)
         return _APGDState(
             x=jnp.where(back, x_max, x_next),
             x_prev=jnp.where(back, x_max, s.x),  # a restart carries no momentum
@@ -270,21 +201,9 @@ def _check_fraction(name: str, value, *, allow_zero: bool) -> None:
         raise ValueError(f"{name}={value!r} must be a number in {interval}")
 
 
-def _check_l2_eps(eps) -> None:
-    """Raise ValueError for a concrete L2 budget that is negative, infinite or NaN."""
-    if not isinstance(eps, jax.core.Tracer) and jnp.ndim(eps) == 0:
-        if not math.isfinite(float(eps)) or float(eps) < 0:
-            raise ValueError(f"eps={eps!r} must be finite and >= 0 for norm='l2'")
-
-
 def _prepare(x, y, eps, key, *, steps, norm, restarts, first_restart, rho, alpha):
     """Validate everything static before tracing; return x, y, eps and the restart keys."""
-    if norm not in NORMS:
-        raise ValueError(f"norm={norm!r} must be one of {NORMS}")
-    if norm == "linf":
-        check_eps(eps)
-    else:
-        _check_l2_eps(eps)
+    check_budget(eps, norm)
     _check_positive_int("steps", steps)
     _check_positive_int("restarts", restarts)
     _check_int("first_restart", first_restart, 0)
@@ -421,7 +340,7 @@ def apgd_targeted(
         result = _run(logits_fn, loss_fn, x, y, eps, keys, **options)
         broken = (result.broken_step >= 0).any(axis=0)
         take = ~broken_sel & (broken | (result.loss > loss_sel))
-        x_sel = jnp.where(_per_example(take, x), result.x_adv, x_sel)
+        x_sel = jnp.where(per_example(take, x), result.x_adv, x_sel)
         loss_sel = jnp.where(take, result.loss, loss_sel)
         return (x_sel, loss_sel, broken_sel | broken), result.broken_step
 

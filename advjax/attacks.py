@@ -1,8 +1,9 @@
-"""Pure white-box L-inf attacks: FGSM and PGD with random restarts.
+"""Pure white-box attacks: FGSM and PGD with random restarts, L-inf or L2, with the
+cross-entropy or the margin (CW) loss, untargeted or targeted.
 
 Every attack takes a pure `logits_fn(x) -> logits` and arrays, works under `jit`, `vmap`
 and `grad` of the caller, and never modifies its inputs. Inputs are pixels in [0, 1]; eps
-and step sizes are in the same pixel units.
+and step sizes are in the same pixel units (L2: the Euclidean norm over the whole image).
 """
 
 import math
@@ -12,15 +13,17 @@ from typing import NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
-import optax
 from jax import lax
 
+from advjax import norms
+from advjax.losses import (  # noqa: F401  (re-exported: the attacks' losses)
+    LOSSES,
+    attack_loss,
+    attack_success,
+    per_example_cross_entropy,
+    per_example_margin,
+)
 from advjax.types import Array, ArrayLike, LogitsFn
-
-
-def per_example_cross_entropy(logits: Array, labels: Array) -> Array:
-    """Cross-entropy per example; the attacker *maximises* it (higher = more adversarial)."""
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 
 def _is_concrete(value) -> bool:
@@ -36,6 +39,16 @@ def check_eps(eps, name: str = "eps") -> None:
         value = float(eps)
         if math.isnan(value) or not 0.0 <= value <= 1.0:
             raise ValueError(f"{name}={eps!r} must be in [0, 1] (pixel units, e.g. 8/255)")
+
+
+def check_budget(eps, norm: str = "linf", name: str = "eps") -> None:
+    """Raise ValueError for an unknown norm or a concrete budget outside its range: [0, 1]
+    for L-inf, finite and >= 0 for L2."""
+    norms.check_norm(norm)
+    if norm == "linf":
+        check_eps(eps, name)
+    else:
+        norms.check_l2_eps(eps, name)
 
 
 def _check_positive_int(name: str, value) -> None:
@@ -76,23 +89,35 @@ def _loss_and_grad(
 
 
 def _project(x_adv: Array, x: Array, eps) -> Array:
-    return jnp.clip(jnp.clip(x_adv, x - eps, x + eps), 0.0, 1.0)
+    return norms.project(x_adv, x, eps, "linf")
 
 
-def fgsm(logits_fn: LogitsFn, x: ArrayLike, y: ArrayLike, eps: float | ArrayLike) -> Array:
+def fgsm(
+    logits_fn: LogitsFn,
+    x: ArrayLike,
+    y: ArrayLike,
+    eps: float | ArrayLike,
+    *,
+    norm: str = "linf",
+) -> Array:
     """Fast Gradient Sign Method: one signed-gradient step of size eps, clipped to [0, 1].
+
+    With `norm="l2"` it is the fast gradient method: one step of L2 length eps along the
+    gradient (Goodfellow et al.'s L2 variant), clipped to [0, 1].
 
     Args:
       logits_fn: pure function from a batch of pixels in [0, 1] to logits.
       x: float batch of inputs in [0, 1], leading axis the examples.
       y: integer true labels, shape (batch,).
-      eps: L-inf budget in pixel units, in [0, 1]; eps=0 returns x unchanged.
+      eps: L-inf budget in pixel units, in [0, 1] (L2: >= 0); eps=0 returns x unchanged.
+      norm: "linf" or "l2".
 
     Returns:
       The adversarial batch, same shape and dtype as x.
 
     Raises:
-      ValueError / TypeError: eps outside [0, 1] or NaN; wrong ranks, shapes or dtypes.
+      ValueError / TypeError: eps outside its range or NaN; unknown norm; wrong ranks,
+        shapes or dtypes.
 
     Example:
       >>> x_adv = fgsm(logits_fn, x, y, eps=8 / 255)
@@ -100,12 +125,12 @@ def fgsm(logits_fn: LogitsFn, x: ArrayLike, y: ArrayLike, eps: float | ArrayLike
     Reference: Goodfellow, Shlens & Szegedy, "Explaining and Harnessing Adversarial
     Examples", ICLR 2015.
     """
-    check_eps(eps)
+    check_budget(eps, norm)
     x, y = _check_inputs(x, y)
     eps = jnp.asarray(eps, x.dtype)
     _, _, grad = _loss_and_grad(logits_fn, x, y)
     chex.assert_equal_shape((grad, x))
-    return jnp.clip(x + eps * jnp.sign(grad), 0.0, 1.0)
+    return jnp.clip(x + eps * norms.ascent_direction(grad, norm), 0.0, 1.0)
 
 
 class PGDResult(NamedTuple):
@@ -118,7 +143,7 @@ class PGDResult(NamedTuple):
         steps after which the example was first misclassified (0 = at the random start), or
         -1 if it never was. Robust accuracy after k steps is the share with no restart in
         [0, k].
-      loss: cross-entropy at `x_adv`.
+      loss: the attack loss (see `attack_loss`) at `x_adv`.
     """
 
     x_adv: Array
@@ -142,9 +167,8 @@ class PGDState(NamedTuple):
     broken_step: Array
 
 
-def _track(state: PGDState, step, losses: Array, logits: Array, y: Array) -> PGDState:
-    """Record the point just evaluated: first misclassified point wins, else highest loss."""
-    wrong = jnp.argmax(logits, axis=-1) != y
+def _track(state: PGDState, step, losses: Array, wrong: Array) -> PGDState:
+    """Record the point just evaluated: first successful point wins, else highest loss."""
     unbroken = state.broken_step < 0
     newly_broken = unbroken & wrong
     improved = unbroken & (newly_broken | (losses > state.best_loss))
@@ -153,15 +177,6 @@ def _track(state: PGDState, step, losses: Array, logits: Array, y: Array) -> PGD
         best=jnp.where(mask, state.x_adv, state.best),
         best_loss=jnp.where(improved, losses, state.best_loss),
         broken_step=jnp.where(newly_broken, step, state.broken_step),
-    )
-
-
-def _random_start(key: jax.Array, x: Array, eps) -> Array:
-    """Uniform noise in the eps-ball: one draw for the batch (scalar key) or one per example."""
-    if key.ndim == 0:
-        return jax.random.uniform(key, x.shape, x.dtype, minval=-eps, maxval=eps)
-    return jax.vmap(lambda k: jax.random.uniform(k, x.shape[1:], x.dtype, minval=-eps, maxval=eps))(
-        key
     )
 
 
@@ -180,12 +195,12 @@ def restart_keys(key: jax.Array, restarts: int, first_restart: int = 0) -> jax.A
     )
 
 
-def pgd_start(x: Array, eps, key: jax.Array) -> PGDState:
+def pgd_start(x: Array, eps, key: jax.Array, norm: str = "linf") -> PGDState:
     """A restart's state at its uniform random start in the eps-ball (clipped to [0, 1]).
 
     `key` is one key or one key per example (see `restart_keys`).
     """
-    x0 = jnp.clip(x + _random_start(key, x, eps), 0.0, 1.0)
+    x0 = jnp.clip(x + norms.random_start(key, x, eps, norm), 0.0, 1.0)
     return PGDState(
         x_adv=x0,
         best=x0,
@@ -195,32 +210,60 @@ def pgd_start(x: Array, eps, key: jax.Array) -> PGDState:
 
 
 def pgd_steps(
-    logits_fn: LogitsFn, state: PGDState, x: Array, y: Array, eps, step_size, start, stop
+    logits_fn: LogitsFn,
+    state: PGDState,
+    x: Array,
+    y: Array,
+    eps,
+    step_size,
+    start,
+    stop,
+    *,
+    norm: str = "linf",
+    loss: str = "ce",
+    targeted: bool = False,
 ) -> PGDState:
     """Steps start..stop-1 of a restart: evaluate and track the iterate, then step and project.
 
     Running steps [0, k) then [k, n) gives the same state as [0, n) at once, so a caller
     can stop spending steps on examples that are already broken (their outcome is final).
+    `y` holds the targets when `targeted`.
     """
+    loss_fn = attack_loss(loss, targeted)
 
     def body(i, state: PGDState) -> PGDState:
-        losses, logits, grad = _loss_and_grad(logits_fn, state.x_adv, y)
-        state = _track(state, i, losses, logits, y)
-        x_next = _project(state.x_adv + step_size * jnp.sign(grad), x, eps)
+        losses, logits, grad = _loss_and_grad(logits_fn, state.x_adv, y, loss_fn)
+        state = _track(state, i, losses, attack_success(logits, y, targeted))
+        x_next = norms.project(
+            state.x_adv + step_size * norms.ascent_direction(grad, norm), x, eps, norm
+        )
         return state._replace(x_adv=x_next)
 
     return lax.fori_loop(start, stop, body, state)
 
 
-def pgd_finish(logits_fn: LogitsFn, state: PGDState, y: Array, steps) -> PGDState:
+def pgd_finish(
+    logits_fn: LogitsFn,
+    state: PGDState,
+    y: Array,
+    steps,
+    *,
+    loss: str = "ce",
+    targeted: bool = False,
+) -> PGDState:
     """Evaluate and track the last iterate, reached after `steps` steps."""
     logits = logits_fn(state.x_adv)
-    return _track(state, steps, per_example_cross_entropy(logits, y), logits, y)
+    losses = attack_loss(loss, targeted)(logits, y)
+    return _track(state, steps, losses, attack_success(logits, y, targeted))
 
 
-def _pgd_single_restart(logits_fn, x, y, eps, step_size, steps, key) -> PGDState:
-    state = pgd_steps(logits_fn, pgd_start(x, eps, key), x, y, eps, step_size, 0, steps)
-    return pgd_finish(logits_fn, state, y, steps)
+def _pgd_single_restart(
+    logits_fn, x, y, eps, step_size, steps, key, norm="linf", loss="ce", targeted=False
+) -> PGDState:
+    state = pgd_start(x, eps, key, norm)
+    objective = dict(loss=loss, targeted=targeted)
+    state = pgd_steps(logits_fn, state, x, y, eps, step_size, 0, steps, norm=norm, **objective)
+    return pgd_finish(logits_fn, state, y, steps, **objective)
 
 
 def _select_restart(states: PGDState) -> tuple[Array, Array]:
@@ -248,20 +291,36 @@ def pgd_search(
     step_size: float | ArrayLike | None = None,
     restarts: int = 1,
     first_restart: int = 0,
+    norm: str = "linf",
+    loss: str = "ce",
+    target: ArrayLike | None = None,
 ) -> PGDResult:
-    """L-inf PGD with per-example first-break tracking; see `pgd` for the arguments.
+    """PGD with per-example first-break tracking; see `pgd` for the arguments.
 
     Returns a `PGDResult` holding the adversarial batch, the step at which each example
     first broke in each restart, and the final loss, so that attack-budget curves (robust
     accuracy against steps and restarts) come out of one run. `first_restart` numbers the
-    restarts from there (their keys, see `restart_keys`), to run them one at a time.
+    restarts from there (their keys, see `restart_keys`), to run them one at a time. With
+    a `target`, "broken" means predicted as the target.
     """
-    check_eps(eps)
+    check_budget(eps, norm)
     _check_positive_int("steps", steps)
     _check_positive_int("restarts", restarts)
+    if loss not in LOSSES:
+        raise ValueError(f"loss={loss!r} must be one of {LOSSES}")
     if step_size is not None:
-        check_eps(step_size, name="step_size")
+        check_budget(step_size, norm, name="step_size")
     x, y = _check_inputs(x, y)
+    targeted = target is not None
+    if targeted:
+        target = jnp.asarray(target)
+        if target.shape != y.shape or not jnp.issubdtype(target.dtype, jnp.integer):
+            raise ValueError(
+                f"target must hold one integer class per example like y {y.shape}; "
+                f"got {target.dtype} {target.shape}"
+            )
+        if _is_concrete(target) and _is_concrete(y) and bool(jnp.any(target == y)):
+            raise ValueError("every target must differ from the example's true label")
     eps = jnp.asarray(eps, x.dtype)
     step_size = eps / 4 if step_size is None else jnp.asarray(step_size, x.dtype)
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
@@ -278,9 +337,11 @@ def pgd_search(
     ):
         raise ValueError(f"first_restart={first_restart!r} must be an integer >= 0")
     keys = restart_keys(key, restarts, first_restart)
-    states = jax.vmap(lambda k: _pgd_single_restart(logits_fn, x, y, eps, step_size, steps, k))(
-        keys
-    )
+    labels = target if targeted else y
+    objective = dict(norm=norm, loss=loss, targeted=targeted)
+    states = jax.vmap(
+        lambda k: _pgd_single_restart(logits_fn, x, labels, eps, step_size, steps, k, **objective)
+    )(keys)
     x_adv, loss = _select_restart(states)
     chex.assert_equal_shape((x_adv, x))
     chex.assert_shape(states.broken_step, (restarts, y.shape[0]))
@@ -297,13 +358,17 @@ def pgd(
     steps: int = 20,
     step_size: float | ArrayLike | None = None,
     restarts: int = 1,
+    norm: str = "linf",
+    loss: str = "ce",
+    target: ArrayLike | None = None,
 ) -> Array:
-    """Projected Gradient Descent (L-inf) with uniform random start and vmapped restarts.
+    """Projected Gradient Descent with uniform random start and vmapped restarts.
 
-    Each restart starts uniformly in the eps-ball, takes `steps` signed-gradient steps of
-    `step_size` (default eps/4) on the cross-entropy, and projects to the eps-ball and to
-    [0, 1] after every step. An example counts as broken if any iterate of any restart is
-    misclassified; the earliest such point is returned, otherwise the highest-loss one.
+    Each restart starts uniformly in the eps-ball, takes `steps` steepest-ascent steps of
+    `step_size` (default eps/4; L-inf: signed gradient, L2: normalised gradient) on the
+    attack loss, and projects to the eps-ball and to [0, 1] after every step. An example
+    counts as broken if any iterate of any restart is misclassified (targeted: predicted
+    as its target); the earliest such point is returned, otherwise the highest-loss one.
 
     Args:
       logits_fn: pure function from a batch of pixels in [0, 1] to logits.
@@ -315,13 +380,17 @@ def pgd(
       steps: number of gradient steps, >= 1.
       step_size: step in pixel units; default eps / 4.
       restarts: number of random restarts, >= 1, run with `jax.vmap`.
+      norm: "linf" (eps in [0, 1]) or "l2" (eps >= 0).
+      loss: "ce" (cross-entropy) or "margin" (the CW margin loss, `per_example_margin`).
+      target: optional target class per example (each different from y): a targeted
+        attack that descends the target's loss.
 
     Returns:
       The adversarial batch, same shape and dtype as x.
 
     Raises:
-      ValueError / TypeError: eps outside [0, 1] or NaN, steps or restarts < 1, wrong
-        ranks, shapes or dtypes.
+      ValueError / TypeError: eps outside its range or NaN, steps or restarts < 1, unknown
+        norm or loss, a target equal to the label, wrong ranks, shapes or dtypes.
 
     Example:
       >>> x_adv = pgd(logits_fn, x, y, 8 / 255, key=jax.random.key(0), steps=20)
@@ -330,5 +399,15 @@ def pgd(
     Attacks", ICLR 2018.
     """
     return pgd_search(
-        logits_fn, x, y, eps, key=key, steps=steps, step_size=step_size, restarts=restarts
+        logits_fn,
+        x,
+        y,
+        eps,
+        key=key,
+        steps=steps,
+        step_size=step_size,
+        restarts=restarts,
+        norm=norm,
+        loss=loss,
+        target=target,
     ).x_adv
