@@ -4,14 +4,18 @@ import dataclasses
 import hashlib
 import json
 
-from advjax.attacks import check_eps
+from advjax.attacks import LOSSES, check_budget
+from advjax.norms import NORMS
 from advjax.threat_model import ThreatModel, format_eps
 
-METHODS = ("fgsm", "pgd", "apgd_ce", "apgd_dlr", "apgd_t", "square")
-"""fgsm, pgd: `advjax.attacks`; apgd_ce / apgd_dlr / apgd_t: `advjax.apgd` (APGD with the
-cross-entropy, the DLR and the targeted DLR loss); square: `advjax.square` (score-based)."""
-GRADIENT_METHODS = METHODS[:5]
-_METHOD_FIELDS = {"apgd_t": ("targets",), "square": ("p_init",)}
+METHODS = ("fgsm", "pgd", "pgd_t", "apgd_ce", "apgd_dlr", "apgd_t", "square")
+"""fgsm, pgd, pgd_t (targeted PGD): `advjax.attacks`; apgd_ce / apgd_dlr / apgd_t:
+`advjax.apgd` (APGD with the cross-entropy, the DLR and the targeted DLR loss); square:
+`advjax.square` (score-based)."""
+GRADIENT_METHODS = METHODS[:6]
+_METHOD_FIELDS = {"pgd_t": ("targets",), "apgd_t": ("targets",), "square": ("p_init",)}
+_LOSS_METHODS = ("pgd", "pgd_t")  # methods whose loss is a choice
+_L2_METHODS = ("fgsm", "pgd", "pgd_t", "apgd_ce", "apgd_dlr", "apgd_t")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -31,8 +35,11 @@ class AttackSpec:
         execution detail that never changes a result, so it is not part of the hash.
       source: None for a white-box attack on the evaluated model; else the name of the
         surrogate model whose gradients craft the inputs (a transfer attack).
-      targets: apgd_t only: target classes tried, the 2nd .. (targets + 1)th highest logit.
+      targets: apgd_t / pgd_t only: target classes tried, the 2nd .. (targets + 1)th
+        highest clean logit, one after another on the cases not yet broken.
       p_init: square only: initial share of pixels in a square.
+      norm: "linf" or "l2"; must be the threat model's.
+      loss: pgd / pgd_t only: "ce" or "margin" (the CW margin loss).
     """
 
     name: str
@@ -46,6 +53,8 @@ class AttackSpec:
     chunk_steps: int = 10
     targets: int = 9
     p_init: float = 0.05
+    norm: str = "linf"
+    loss: str = "ce"
 
     def __post_init__(self):
         if not self.name or not isinstance(self.name, str):
@@ -55,8 +64,16 @@ class AttackSpec:
         object.__setattr__(self, "eps", tuple(float(e) for e in self.eps))
         if not self.eps:
             raise ValueError(f"attack {self.name!r} needs at least one eps")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm={self.norm!r} must be one of {NORMS}")
+        if self.norm != "linf" and self.method not in _L2_METHODS:
+            raise ValueError(f"{self.method} runs in L-inf only, got norm={self.norm!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss={self.loss!r} must be one of {LOSSES}")
+        if self.loss != "ce" and self.method not in _LOSS_METHODS:
+            raise ValueError(f"{self.method} has a fixed loss; loss={self.loss!r} is for pgd")
         for e in self.eps:
-            check_eps(e)
+            check_budget(e, self.norm)
         for field in ("steps", "restarts", "batch_size", "chunk_steps", "targets"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -65,6 +82,8 @@ class AttackSpec:
             raise ValueError("fgsm takes one step and no restarts: steps=1, restarts=1")
         if self.method == "square" and (self.restarts != 1 or self.source is not None):
             raise ValueError("square is one score-based search per case: restarts=1, no source")
+        if self.method == "pgd_t" and self.restarts != 1:
+            raise ValueError("pgd_t runs one start per target class: restarts=1")
         if self.source is not None and self.method != "pgd":
             raise ValueError(f"transfer attacks craft with pgd, got method={self.method!r}")
         if not 0 < self.p_init <= 1:
@@ -83,13 +102,16 @@ class AttackSpec:
         for field in ("chunk_steps", "targets", "p_init"):
             if field not in _METHOD_FIELDS.get(self.method, ()):
                 d.pop(field)
+        for field, default in (("norm", "linf"), ("loss", "ce")):
+            if d[field] == default:
+                d.pop(field)  # older records' hashes stay valid
         blob = json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
     @property
     def steps_per_restart(self) -> int:
-        """Queries one restart spends on an unbroken case (apgd_t: every target)."""
-        return self.steps * (self.targets if self.method == "apgd_t" else 1)
+        """Queries one restart spends on an unbroken case (apgd_t, pgd_t: every target)."""
+        return self.steps * (self.targets if self.method in ("apgd_t", "pgd_t") else 1)
 
     def max_queries(self) -> int:
         """Gradient (square: score) queries per case per eps in the worst case."""
@@ -99,6 +121,8 @@ class AttackSpec:
 def check_within_threat_model(spec: AttackSpec, threat_model: ThreatModel) -> None:
     """Refuse an attack whose eps, steps, restarts or queries exceed the declared budget."""
     problems = [f"eps {format_eps(e)} not declared" for e in spec.eps if e not in threat_model.eps]
+    if spec.norm != threat_model.norm:
+        problems.append(f"norm {spec.norm} but the threat model declares {threat_model.norm}")
     if spec.method != "square" and spec.steps > max(threat_model.steps, 1):
         problems.append(f"steps {spec.steps} > declared {threat_model.steps}")
     if spec.restarts > threat_model.restarts:

@@ -26,6 +26,7 @@ from advjax.attacks import (
     fgsm,
     per_example_cross_entropy,
     pgd_finish,
+    pgd_search,
     pgd_start,
     restart_keys,
 )
@@ -55,14 +56,16 @@ def _search(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, keys, restart):
     """(x_adv, broken, capped) of one restart of a non-chunked method."""
     never = jnp.full(y.shape, -1, jnp.int32)
     if spec.method == "fgsm":
-        x_adv = fgsm(craft_fn, x, y, eps)
+        x_adv = fgsm(craft_fn, x, y, eps, norm=spec.norm)
         wrong = jnp.argmax(craft_fn(x_adv), axis=-1) != y
         return x_adv, jnp.where(wrong, 1, -1).astype(jnp.int32), jnp.zeros_like(wrong)
     if spec.method == "square":
         keys = restart_keys(keys, 1, restart)[0]
         r = square_linf(craft_fn, x, y, eps, key=keys, queries=spec.steps, p_init=spec.p_init)
         return r.x_adv, jnp.where(r.success, r.queries_used, -1), r.budget_exhausted
-    common = dict(key=keys, steps=spec.steps, restarts=1, first_restart=restart)
+    common = dict(key=keys, steps=spec.steps, restarts=1, first_restart=restart, norm=spec.norm)
+    if spec.method == "pgd_t":
+        return _targeted_pgd(craft_fn, spec, x, y, eps, common)
     if spec.method == "apgd_t":
         r = apgd_targeted(craft_fn, x, y, eps, target_ranks=range(2, 2 + spec.targets), **common)
         hit = r.broken_step >= 0  # (targets, batch), targets in order
@@ -72,6 +75,37 @@ def _search(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, keys, restart):
         return r.x_adv, broken.astype(jnp.int32), jnp.zeros(y.shape, bool)
     r = apgd(craft_fn, x, y, eps, loss=spec.method.removeprefix("apgd_"), **common)
     return r.x_adv, r.broken_step[0], jnp.zeros(y.shape, bool)
+
+
+def _targeted_pgd(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, common):
+    """Targeted PGD towards the 2nd .. (targets + 1)th highest clean logit in turn; a case
+    is broken once misclassified (any class), at the first target that does it."""
+    ranked = jnp.argsort(-craft_fn(x), axis=-1)
+    x_adv, broken = x, jnp.full(y.shape, -1, jnp.int32)
+    best_loss = jnp.full(y.shape, -jnp.inf, x.dtype)
+    for t in range(spec.targets):
+        target = ranked[:, t + 1]
+        target = jnp.where(target == y, ranked[:, 0], target)  # a misclassified clean case
+        r = pgd_search(
+            craft_fn,
+            x,
+            y,
+            eps,
+            step_size=spec.step_fraction * eps,
+            loss=spec.loss,
+            target=target,
+            **(common | {"first_restart": t}),
+        )
+        logits = craft_fn(r.x_adv)
+        wrong = jnp.argmax(logits, axis=-1) != y
+        untargeted = per_example_cross_entropy(logits, y)
+        first = (broken < 0) & wrong
+        keep = first | ((broken < 0) & ~wrong & (untargeted > best_loss))
+        x_adv = jnp.where(keep[:, None, None, None], r.x_adv, x_adv)
+        best_loss = jnp.where(keep, untargeted, best_loss)
+        step = r.broken_step[0]  # misclassified elsewhere than the target: count the run
+        broken = jnp.where(first, t * spec.steps + jnp.where(step >= 0, step, spec.steps), broken)
+    return x_adv, broken, jnp.zeros(y.shape, bool)
 
 
 def make_program(logits_fn: LogitsFn, spec: AttackSpec, source_fn: LogitsFn | None = None):
@@ -94,14 +128,25 @@ def make_program(logits_fn: LogitsFn, spec: AttackSpec, source_fn: LogitsFn | No
         return jnp.argmax(logits_fn(x), axis=-1), x_adv, adv_pred, loss, broken, capped
 
     def start(x, y, eps, keys, restart):
-        state = pgd_start(x, eps, restart_keys(keys, 1, restart)[0])
+        state = pgd_start(x, eps, restart_keys(keys, 1, restart)[0], spec.norm)
         return jnp.argmax(logits_fn(x), axis=-1), state
 
     def steps(state, x, y, eps, lo, hi):
-        return run_pgd_steps(craft_fn, state, x, y, eps, spec.step_fraction * eps, lo, hi)
+        return run_pgd_steps(
+            craft_fn,
+            state,
+            x,
+            y,
+            eps,
+            spec.step_fraction * eps,
+            lo,
+            hi,
+            norm=spec.norm,
+            loss=spec.loss,
+        )
 
     def finish(state, y):
-        state = pgd_finish(craft_fn, state, y, spec.steps)
+        state = pgd_finish(craft_fn, state, y, spec.steps, loss=spec.loss)
         adv_pred, loss = target_outcome(state.best, y)
         broken = state.broken_step if source_fn is None else jnp.full_like(y, -1)
         return state.best, adv_pred, loss, broken

@@ -228,6 +228,75 @@ def test_every_method_writes_valid_records_that_replay_bit_exactly(
         assert again.to_dict() == r.to_dict()
 
 
+@pytest.mark.parametrize(
+    "method,norm,loss,eps",
+    [
+        ("pgd", "l2", "ce", 0.5),
+        ("fgsm", "l2", "ce", 0.5),
+        ("pgd", "linf", "margin", 4 / 255),
+        ("pgd_t", "linf", "ce", 4 / 255),
+        ("pgd_t", "l2", "margin", 0.5),
+        ("apgd_ce", "l2", "ce", 0.5),
+    ],
+)
+def test_l2_margin_and_targeted_variants_write_records_that_replay_bit_exactly(
+    tmp_path, method, norm, loss, eps
+):
+    """The L2, margin-loss and targeted variants run through the campaign inside a threat
+    model of their norm: every perturbation inside the eps-ball of that norm, some cases
+    broken, queries within the worst case, and each record replays alone."""
+    logits_fn = make_linear_logits_fn()
+    x, y = make_linear_batch(n=24)
+    y = np.asarray(jax.numpy.argmax(logits_fn(x), -1)).astype(np.int32)
+    steps = 1 if method == "fgsm" else 6
+    spec = AttackSpec(
+        name=f"{method}_{norm}_{loss}",
+        method=method,
+        eps=(eps,),
+        steps=steps,
+        batch_size=16,
+        targets=3,
+        norm=norm,
+        loss=loss,
+        chunk_steps=4,
+    )
+    tm = ThreatModel(eps=(eps,), steps=100, restarts=3, norm=norm)
+    log = RecordLog(tmp_path / "r.jsonl")
+    _run(log, spec, logits_fn, x, y, threat_model=tm)
+    records = sorted(read_records(tmp_path / "r.jsonl"), key=lambda r: r.case_id)
+    assert len(records) == 24 and any(r.status == "success" for r in records)
+    size = [r.l2 if norm == "l2" else r.linf for r in records]
+    assert max(size) <= eps + 1e-5 and all(r.queries <= spec.max_queries() for r in records)
+    assert {r.status for r in records} <= {"success", "failed"}
+    for r in records[::4]:
+        again = replay_record(
+            r, threat_model=tm, spec=spec, logits_fn=logits_fn, x=x[r.case_id], y=int(y[r.case_id])
+        )
+        assert again.to_dict() == r.to_dict()
+
+
+def test_attack_of_another_norm_than_the_threat_model_is_refused(tmp_path):
+    logits_fn = make_linear_logits_fn()
+    x, y = make_linear_batch(n=4)
+    spec = AttackSpec(name="pgd_l2", method="pgd", eps=(0.5,), steps=4, norm="l2")
+    with pytest.raises(ValueError, match="norm l2 but the threat model declares linf"):
+        _run(
+            RecordLog(tmp_path / "r.jsonl"),
+            spec,
+            logits_fn,
+            x,
+            y,
+            threat_model=ThreatModel(eps=(0.5,), steps=10),
+        )
+
+
+def test_default_norm_and_loss_keep_older_attack_hashes():
+    """Adding the norm and loss fields did not change the hash of an L-inf CE attack (the
+    committed records stay valid)."""
+    assert PGD.config_hash() == dataclasses.replace(PGD, norm="linf", loss="ce").config_hash()
+    assert PGD.config_hash() != dataclasses.replace(PGD, loss="margin").config_hash()
+
+
 def test_score_based_attack_needs_a_declared_query_budget(tmp_path):
     logits_fn = make_linear_logits_fn()
     x, y = make_linear_batch(n=4)
