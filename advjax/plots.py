@@ -173,3 +173,58 @@ def adversarial_grid(
         axes[r, 0].set_ylabel(name, fontsize=8)
     fig.suptitle(title)
     save_figure(fig, path)
+
+
+def tradeoff_scatter(
+    points: dict[str, dict[str, tuple[float, float, float]]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    path,
+    references: dict[str, tuple[float, float]] | None = None,
+    target: tuple[float, float] | None = None,
+) -> None:
+    """Clean (x) against robust (y) accuracy per model, with interval bars on both axes.
+
+    `points[label][kind] = (value, low, high)` with kind "clean" and one or more robust
+    kinds (e.g. "PGD-20", "ensemble"), each drawn with its own marker and joined per model;
+    `references` are single points (unfilled markers); `target` shades the region
+    clean >= target[0], robust >= target[1].
+    """
+    fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    markers = ["o", "s", "^", "D"]
+    for i, (label, kinds) in enumerate(points.items()):
+        colour = f"C{i}"
+        cx, clo, chi = kinds["clean"]
+        robust = [(k, v) for k, v in kinds.items() if k != "clean"]
+        for j, (kind, (y, lo, hi)) in enumerate(robust):
+            ax.errorbar(
+                cx,
+                y,
+                xerr=[[max(0.0, cx - clo)], [max(0.0, chi - cx)]],
+                yerr=[[max(0.0, y - lo)], [max(0.0, hi - y)]],
+                fmt=markers[j % len(markers)],
+                color=colour,
+                capsize=3,
+                mfc=colour if j == len(robust) - 1 else "white",
+                label=f"{label} ({kind})",
+            )
+        if len(robust) > 1:
+            ax.plot([cx] * len(robust), [v[0] for _, v in robust], color=colour, alpha=0.4)
+    for name, (x, y) in (references or {}).items():
+        ax.plot(x, y, "x", markersize=10, mew=2, color="black")
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=7)
+    if target is not None:
+        ax.fill_between(
+            [target[0], 100],
+            target[1],
+            100,
+            color="green",
+            alpha=0.08,
+            label=f"target: clean >= {target[0]:g} %, robust >= {target[1]:g} %",
+        )
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xlim=(0, 100), ylim=(0, 60))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6.5, loc="upper left")
+    save_figure(fig, path)

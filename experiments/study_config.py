@@ -6,7 +6,6 @@ import json
 
 from advjax.attacks import check_eps
 
-
 TRAIN_SPLIT_SIZE = 50000
 """Images in CIFAR-10's official training split."""
 
@@ -178,8 +177,8 @@ def profile(name: str) -> StudyConfig:
         return StudyConfig(
             profile="quick",
             train_size=2000,
-            val_size=500,
-            eval_size=200,
+            val_size=300,
+            eval_size=100,
             models=(
                 dataclasses.replace(STANDARD, train_size=2000, epochs=2),
                 dataclasses.replace(FGSM_REFERENCE, train_size=1000, epochs=1),

@@ -11,9 +11,11 @@ from advjax.aggregate import aggregate_records, find_group
 from advjax.records import read_records
 from advjax.summary import read_run_summary
 from advjax.threat_model import ThreatModel
-from experiments import cifar_robustness, replay
+from experiments import attack_variants, cifar_robustness, replay, strong_evaluation
+from experiments.report import tables_markdown
 from experiments.study import DEFAULT_POLICY
 from experiments.study_config import profile
+from experiments.tradeoff import tradeoff_figure
 
 needs_data = pytest.mark.skipif(
     not os.environ.get("ADVJAX_DATA_DIR"), reason="ADVJAX_DATA_DIR not set"
@@ -154,8 +156,8 @@ def test_dry_run_counts_queries_and_attacks_nothing(tmp_path, capsys):
     estimate = cifar_robustness.main(["--profile", "quick", "--dry-run", "--out", str(tmp_path)])
     assert not any(tmp_path.iterdir())
     rows = {row["attack"]: row for row in estimate["rows"]}
-    assert rows["pgd_budget"]["queries"] == 200 * 4 * 1 * 3 * 10
-    assert rows["pgd"]["queries"] == 200 * 4 * 5 * 5
+    assert rows["pgd_budget"]["queries"] == 100 * 4 * 1 * 3 * 10
+    assert rows["pgd"]["queries"] == 100 * 4 * 5 * 5
     assert estimate["seconds_per_query"] > 0
     assert "Threat model" in capsys.readouterr().out
 
@@ -217,3 +219,70 @@ def test_replay_cli_reruns_stored_records_bit_exactly(quick_run, capsys):
     assert replay.main(argv) == 0
     assert capsys.readouterr().out.count("identical") == len(lines) == 5
     assert replay.main(["--run", str(out), "--line", str(len(records) + 1)]) == 2
+
+
+def test_strong_evaluation_and_attack_variants_run_on_a_study_and_write_checked_records(
+    quick_run, tmp_path
+):
+    """Both follow-up evaluations read the study's checkpoints and cases, write records
+    within their declared threat models (L-inf / L2), and never report an ensemble weaker
+    than its first member or a robust accuracy above clean."""
+    out, results = quick_run
+    models = ["fgsm_matched"]
+    strong = strong_evaluation.main(
+        [
+            "--study",
+            str(out),
+            "--out",
+            str(tmp_path / "strong"),
+            "--models",
+            *models,
+            "--steps",
+            "4",
+            "--targets",
+            "2",
+            "--queries",
+            "40",
+            "--batch-size",
+            "100",
+            "--no-progress",
+        ]
+    )
+    assert {c["name"] for c in strong["checks"]} >= {"perturbations_within_threat_model"}
+    assert next(c for c in strong["checks"] if c["name"] == "perturbations_within_threat_model")[
+        "passed"
+    ]
+    text = tables_markdown(results, strong)
+    row = next(line for line in text.splitlines() if line.startswith("| FGSM-AT, matched"))
+    assert "not run" not in row and "not run" in text  # only fgsm_matched was re-attacked
+    tradeoff_figure(results, strong, tmp_path / "tradeoff.png")
+    assert (tmp_path / "tradeoff.png").stat().st_size > 10_000
+    variants = attack_variants.main(
+        [
+            "--study",
+            str(out),
+            "--out",
+            str(tmp_path / "variants"),
+            "--models",
+            *models,
+            "--steps",
+            "3",
+            "--targets",
+            "2",
+            "--batch-size",
+            "100",
+            "--no-progress",
+        ]
+    )
+    for part, norm in (("linf", "linf"), ("l2", "l2")):
+        summary = variants[part]
+        assert summary["threat_model"]["norm"] == norm
+        assert next(
+            c for c in summary["checks"] if c["name"] == "perturbations_within_threat_model"
+        )["passed"]
+        for g in summary["aggregates"]:
+            assert g["robust_accuracy"]["count"] <= g["clean_accuracy"]["count"]
+    records = read_records(tmp_path / "variants" / "l2" / "records.jsonl")
+    assert max(r.l2 for r in records) <= 0.5 + 1e-5
+    assert len(records) == len(models) * 2 * 2 * len(results["data"]["eval_indices"])
+    assert (tmp_path / "variants" / "tables.md").read_text().count("pgd_l2") >= 1
