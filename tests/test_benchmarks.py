@@ -114,3 +114,40 @@ def test_summaries_ratio_and_table(tmp_path):
     text = open(md_path).read()
     assert "| PGD † | 50 | 50.0 | 12.5 † | – | 4.00 / – |" in text
     assert sorted(os.listdir(tmp_path)) == ["latest.md", "stamp.json"]
+
+
+def test_attack_strategies_compare_equal_decisions_on_a_linear_model():
+    """Early stop vs every step, and vmapped vs looped restarts and eps, decide every case
+    alike (the benchmark reports it; here on a tiny linear model, no timing asserted)."""
+    import jax.numpy as jnp
+    import numpy as np
+    from conftest import make_linear_batch, make_linear_logits_fn
+
+    from benchmarks.attack_strategies import early_stop_row, eps_row, markdown, restarts_row
+
+    logits_fn = make_linear_logits_fn()
+    x, _ = make_linear_batch(n=40)
+    y = np.array(jnp.argmax(logits_fn(jnp.asarray(x)), -1))
+    y[:5] = (y[:5] + 1) % 10
+    rows = [
+        early_stop_row(logits_fn, jnp.asarray(x), y, 0.02, 6, 2, 16, 1),
+        restarts_row(logits_fn, jnp.asarray(x), y, 0.02, 4, 1),
+        eps_row(logits_fn, jnp.asarray(x), y, [0.01, 0.03], 4, 1),
+    ]
+    assert all(r["same_decisions"] for r in rows)
+    assert 0 < rows[0]["robust"] < 35
+    machine = {"cpu_model": "cpu", "usable_cores": 2, "git": {"commit": "abc", "dirty": False}}
+    text = markdown(
+        {
+            "command": "c",
+            "model": "m",
+            "cases": 40,
+            "rows": rows,
+            "machine": machine,
+            "load_start": None,
+            "load_end": None,
+            "peak_rss_mib": 1.0,
+            "note": "n",
+        }
+    )
+    assert text.count("| yes |") == 3
