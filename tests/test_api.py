@@ -22,7 +22,7 @@ def test_every_name_in_dunder_all_imports_and_exists():
 
 @pytest.mark.parametrize("module", ["aggregate", "apgd", "attack_spec", "attacks", "augment",
                                     "campaign", "checkpoint", "data", "early_stop", "ensemble",
-                                    "evaluate", "fit", "gate", "io", "keys", "layers", "metrics",
+                                    "evaluate", "fit", "gate", "io", "keys", "layers", "losses", "metrics", "norms",
                                     "model", "plots", "records", "sanity", "scoring", "sentinel", "sharding",
                                     "square", "summary", "threat_model", "train"])  # fmt: skip
 def test_submodules_export_what_they_list(module):
@@ -50,14 +50,17 @@ SIGNATURES = {
     "advjax.model.eval_logits_fn": [("model", PK, EMPTY), ("variables", PK, EMPTY)],
     "advjax.attacks.fgsm": [
         ("logits_fn", PK, EMPTY), ("x", PK, EMPTY), ("y", PK, EMPTY), ("eps", PK, EMPTY),
+        ("norm", KW, "linf"),
     ],
     "advjax.attacks.pgd": [
         ("logits_fn", PK, EMPTY), ("x", PK, EMPTY), ("y", PK, EMPTY), ("eps", PK, EMPTY),
         ("key", KW, EMPTY), ("steps", KW, 20), ("step_size", KW, None), ("restarts", KW, 1),
+        ("norm", KW, "linf"), ("loss", KW, "ce"), ("target", KW, None),
     ],
     "advjax.attacks.pgd_search": [
         ("logits_fn", PK, EMPTY), ("x", PK, EMPTY), ("y", PK, EMPTY), ("eps", PK, EMPTY),
         ("key", KW, EMPTY), ("steps", KW, 20), ("step_size", KW, None), ("restarts", KW, 1), ("first_restart", KW, 0),
+        ("norm", KW, "linf"), ("loss", KW, "ce"), ("target", KW, None),
     ],
     "advjax.train.load_checkpoint": [("path", PK, EMPTY)],
 }  # fmt: skip
