@@ -29,6 +29,7 @@ from advjax import (
     summary,
     threat_model,
     train,
+    train_steps,
 )
 from advjax.attacks import PGDResult, fgsm, pgd, pgd_search
 from advjax.checkpoint import load_checkpoint, save_checkpoint
@@ -91,5 +92,6 @@ __all__ = [
     "summary",
     "threat_model",
     "train",
+    "train_steps",
     "wilson_interval",
 ]
