@@ -10,9 +10,11 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from advjax.progress import Progress
 from advjax.sentinel import SentinelConfig, collapse_flags, make_probe
+from advjax.sharding import check_batch, replicate, shard_batch, sharded_train_step
 from advjax.train import (
     Batch,
     TrainConfig,
@@ -20,6 +22,7 @@ from advjax.train import (
     create_train_state,
     eval_step,
     make_train_step,
+    train_step_fn,
 )
 
 
@@ -60,6 +63,7 @@ def fit(
     log: Callable[[str], None] = print,
     name: str = "train",
     sentinel: SentinelConfig | None = None,
+    mesh: Mesh | None = None,
 ) -> FitResult:
     """Train a CompactCNN per `config`; keep the epoch with the best validation accuracy.
 
@@ -73,6 +77,12 @@ def fit(
     PGD accuracies so far); flagged epochs are never kept, training ends after the first
     one if `sentinel.stop_on_collapse`, and the kept epoch is the best by
     `sentinel.select_by` (ties: the earliest). Without one, nothing changes.
+
+    With a `mesh` (`advjax.sharding.data_mesh()`), every training step runs data-parallel:
+    each batch split over the mesh's devices, parameters and optimiser state replicated,
+    gradients all-reduced by XLA; the same keys and batches as on one device, so the same
+    training up to float summation order. `config.batch_size` must be a multiple of the
+    device count. Validation and the sentinel run unsharded.
     """
     n = len(train.labels)
     steps_per_epoch = n // config.batch_size
@@ -81,7 +91,12 @@ def fit(
     key = jax.random.key(config.seed)
     init_key, shuffle_key, step_key = jax.random.split(key, 3)
     state = create_train_state(init_key, config, config.epochs * steps_per_epoch)
-    train_step = make_train_step(config)
+    if mesh is None:
+        train_step = make_train_step(config)
+    else:
+        check_batch(mesh, np.zeros((config.batch_size, 1)))
+        train_step = sharded_train_step(train_step_fn(config), mesh)
+        state = replicate(mesh, state)
     images, labels = jnp.asarray(train.images), jnp.asarray(train.labels)
     probe = None if sentinel is None else make_probe(sentinel, config.adv_eps, train, val)
     select_by = "val_accuracy" if sentinel is None else sentinel.select_by
@@ -94,7 +109,10 @@ def fit(
         for i in range(steps_per_epoch):
             idx = order[i * config.batch_size : (i + 1) * config.batch_size]
             key_i = jax.random.fold_in(jax.random.fold_in(step_key, epoch), i)
-            state, metrics = train_step(state, Batch(images[idx], labels[idx]), key_i)
+            batch = Batch(images[idx], labels[idx])
+            if mesh is not None:
+                batch = shard_batch(mesh, batch)
+            state, metrics = train_step(state, batch, key_i)
             metrics = jax.device_get(metrics)
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v)

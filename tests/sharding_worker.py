@@ -20,6 +20,7 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 from advjax import sharding  # noqa: E402
 from advjax.attacks import pgd_search  # noqa: E402
 from advjax.augment import to_float  # noqa: E402
+from advjax.fit import fit  # noqa: E402
 from advjax.model import CompactCNN, eval_logits_fn  # noqa: E402
 from advjax.train import Batch, TrainConfig, create_train_state, make_train_step  # noqa: E402
 
@@ -174,6 +175,22 @@ def compare_eval(state, mesh) -> dict:
     }
 
 
+def compare_fit(mesh) -> dict:
+    """`fit` for one epoch of 3 FGSM steps on one device and with `mesh=` (data-parallel)."""
+    config = TrainConfig(mode="fgsm", epochs=1, batch_size=BATCH, seed=0)
+    train, val = synthetic_batch(3 * BATCH, seed=200), synthetic_batch(BATCH, seed=201)
+    quiet = dict(show_progress=False, log=lambda _: None)
+    plain = fit(config, train, val, **quiet)
+    sharded = fit(config, train, val, mesh=mesh, **quiet)
+    return {
+        "params_max_abs_diff": max_abs_diff(plain.state.params, sharded.state.params),
+        "params_outside_tol": close_fraction(plain.state.params, sharded.state.params),
+        "train_loss": [plain.history[0]["train_loss"], sharded.history[0]["train_loss"]],
+        "val_accuracy": [plain.history[0]["val_accuracy"], sharded.history[0]["val_accuracy"]],
+        "step": int(sharded.state.step),
+    }
+
+
 def indivisible_error(mesh) -> str:
     """The message `shard_batch` raises for a batch that does not split evenly ('' if none)."""
     try:
@@ -197,6 +214,7 @@ def main(expected_devices: int) -> None:
         "standard": standard,
         "fgsm": fgsm,
         "eval": compare_eval(state, mesh),
+        "fit": compare_fit(mesh),
         "indivisible_error": indivisible_error(mesh),
     }
     print(json.dumps(results))

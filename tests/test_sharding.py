@@ -138,6 +138,17 @@ def test_sharded_eval_outputs_are_split_over_4_devices(worker):
         }, name
 
 
+def test_fit_with_a_mesh_trains_like_one_device(worker):
+    """`fit(..., mesh=data_mesh())` over 4 devices runs FGSM training like one device: the
+    same steps, mean loss within rtol 1e-3, parameters within three learning rates (FGSM's
+    sign amplifies summation-order differences, as in the trajectory test)."""
+    fit = worker["fit"]
+    assert fit["step"] == 3
+    assert fit["params_max_abs_diff"] <= 3 * 1e-3, fit
+    assert fit["train_loss"][1] == pytest.approx(fit["train_loss"][0], rel=1e-3)
+    assert abs(fit["val_accuracy"][0] - fit["val_accuracy"][1]) <= 1 / 32
+
+
 def test_indivisible_batch_raises_clear_error(worker):
     """A batch of 30 on 4 devices raises a ValueError naming the batch size and device count."""
     message = worker["indivisible_error"]
