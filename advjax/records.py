@@ -330,6 +330,7 @@ class RecordLog:
             _fsync_dir(self.path.parent)
         self._keys: set = set()
         self._hashes: dict[tuple[str, str], set] = {}
+        self._records: list[CaseRecord] = list(records)
         for number, record in enumerate(records, start=1):
             if record.key in self._keys:
                 raise RecordError(f"{self.path}:{number}: duplicate record for {record.key}")
@@ -351,8 +352,9 @@ class RecordLog:
         return frozenset(self._keys)
 
     def read(self) -> list[CaseRecord]:
-        """Every record in the file, in file order."""
-        return read_records(self.path)
+        """Every record in the file, in file order (kept in memory since opening: the file
+        is parsed once per run, not once per call)."""
+        return list(self._records)
 
     def __contains__(self, key: tuple) -> bool:
         return key in self._keys
@@ -396,6 +398,7 @@ class RecordLog:
         finally:
             os.close(fd)
         self._keys |= seen
+        self._records.extend(batch)
         for record in batch:
             self._note_hashes(record)
         return len(batch)

@@ -290,3 +290,22 @@ def test_records_from_arrays_scores_each_case():
             queries=1,
             broken_step=np.zeros((2, 3)),
         )
+
+
+def test_read_returns_what_the_file_holds_without_reparsing_it(tmp_path, monkeypatch):
+    """`RecordLog.read()` equals a fresh parse of the file after appends, and does not read
+    the file again (the study calls it once per model and ensemble member)."""
+    from advjax import records as records_module
+
+    path = tmp_path / "r.jsonl"
+    log = RecordLog(path)
+    first = [make_record(case_id=i) for i in range(3)]
+    log.append(first)
+    calls = []
+    monkeypatch.setattr(records_module, "read_records", lambda p: calls.append(p) or [])
+    log.append([make_record(case_id=7)])
+    in_memory = log.read()
+    assert not calls
+    monkeypatch.undo()
+    assert [r.to_dict() for r in in_memory] == [r.to_dict() for r in read_records(path)]
+    assert [r.to_dict() for r in RecordLog(path).read()] == [r.to_dict() for r in in_memory]
