@@ -1,0 +1,167 @@
+"""Train (or reload) the Multi30k translation models of the seq2seq study, with provenance.
+
+A model folder holds params.msgpack, vocab.json (source and target token lists, BPE
+merges if any), config.json and history.jsonl, all written atomically; a folder whose
+config.json matches the requested config is reused instead of retrained.
+"""
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+from flax import serialization
+
+from advjax.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from advjax.text.bpe import BPE, learn_bpe, merge_pieces, word_counts
+from advjax.text.mt_metrics import chrf
+from advjax.text.mt_vocab import Vocab, build_vocab
+from advjax.text.multi30k import Parallel, load_parallel
+from advjax.text.seq2seq import LSTMConfig
+from advjax.text.seq2seq_train import TrainConfig, create_train_state, fit, translate
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """One translation model: language pair, vocabulary kind and sizes."""
+
+    src_lang: str = "fr"
+    tgt_lang: str = "en"
+    unit: str = "word"  # "word" or "bpe"
+    min_count: int = 2
+    bpe_merges: int = 8000
+    train_size: int | None = None  # None: all 29,000 pairs
+    embed_dim: int = 256
+    hidden_dim: int = 256
+    dropout_rate: float = 0.2
+    train: TrainConfig = TrainConfig()
+
+    @property
+    def name(self) -> str:
+        return f"lstm_{self.unit}_{self.src_lang}-{self.tgt_lang}"
+
+
+class Loaded(NamedTuple):
+    """A trained model and everything needed to use it."""
+
+    spec: ModelSpec
+    config: LSTMConfig
+    params: Any
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    src_bpe: BPE | None
+    tgt_bpe: BPE | None
+    history: list
+
+
+def environment() -> dict:
+    """Versions, machine and git revision for provenance."""
+    import flax
+    import optax
+    import sacrebleu
+
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        rev = None
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "jax": jax.__version__,
+        "flax": flax.__version__,
+        "optax": optax.__version__,
+        "numpy": np.__version__,
+        "sacrebleu": sacrebleu.__version__,
+        "git_revision": rev,
+    }
+
+
+def units(spec: ModelSpec, tokens: list[list[str]], bpe: BPE | None) -> list[list[str]]:
+    """Sentences as the model's units: words, or BPE pieces."""
+    return tokens if bpe is None else [bpe.segment(s) for s in tokens]
+
+
+def to_words(spec: ModelSpec, pieces: list[str]) -> list[str]:
+    """Model output units back to words."""
+    return pieces if spec.unit == "word" else merge_pieces(pieces)
+
+
+def train_or_load(spec: ModelSpec, text_dir, workdir: Path, *, log=print) -> Loaded:
+    """Train the model described by `spec` into workdir/<name>/, or reload it if present."""
+    folder = Path(workdir) / spec.name
+    spec_json = json.loads(json.dumps(dataclasses.asdict(spec)))
+    train = load_parallel(text_dir, "train", spec.src_lang, spec.tgt_lang)
+    n = spec.train_size or len(train.src)
+    src_tok, tgt_tok = train.src[:n], train.tgt[:n]
+    src_bpe = tgt_bpe = None
+    if spec.unit == "bpe":
+        src_bpe = learn_bpe(word_counts(src_tok), num_merges=spec.bpe_merges)
+        tgt_bpe = learn_bpe(word_counts(tgt_tok), num_merges=spec.bpe_merges)
+    elif spec.unit != "word":
+        raise ValueError(f"unit={spec.unit!r} must be 'word' or 'bpe'")
+    src_units, tgt_units = units(spec, src_tok, src_bpe), units(spec, tgt_tok, tgt_bpe)
+    src_vocab = build_vocab(src_units, min_count=spec.min_count)
+    tgt_vocab = build_vocab(tgt_units, min_count=spec.min_count)
+    config = LSTMConfig(
+        src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), embed_dim=spec.embed_dim,
+        hidden_dim=spec.hidden_dim, dropout_rate=spec.dropout_rate,
+    )  # fmt: skip
+    done = folder / "config.json"
+    if done.exists() and json.loads(done.read_text())["spec"] == spec_json:
+        template = create_train_state(jax.random.key(0), config, spec.train).params
+        params = serialization.from_bytes(template, (folder / "params.msgpack").read_bytes())
+        history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
+        log(f"{spec.name}: reusing the trained model in {folder}")
+        return Loaded(spec, config, params, src_vocab, tgt_vocab, src_bpe, tgt_bpe, history)
+    val = load_parallel(text_dir, "val", spec.src_lang, spec.tgt_lang)
+    enc = lambda vocab, sents: [vocab.encode(s) for s in sents]  # noqa: E731
+    start = time.perf_counter()
+    state, history = fit(
+        config, spec.train,
+        (enc(src_vocab, src_units), enc(tgt_vocab, tgt_units)),
+        (enc(src_vocab, units(spec, val.src, src_bpe)), enc(tgt_vocab, units(spec, val.tgt, tgt_bpe))),
+        log=lambda e: log(f"{spec.name}: epoch {e['epoch']} train NLL {e['train_nll']:.3f} "
+                          f"val NLL {e['val_nll']:.3f} ({e['seconds']:.0f} s)"),
+    )  # fmt: skip
+    atomic_write_bytes(folder / "params.msgpack", serialization.to_bytes(state.params))
+    atomic_write_json(folder / "vocab.json", {
+        "src": list(src_vocab.itos), "tgt": list(tgt_vocab.itos),
+        "src_bpe": [list(m) for m in src_bpe.merges] if src_bpe else None,
+        "tgt_bpe": [list(m) for m in tgt_bpe.merges] if tgt_bpe else None,
+    })  # fmt: skip
+    atomic_write_text(folder / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+    atomic_write_json(done, {
+        "spec": spec_json, "model_config": dataclasses.asdict(config),
+        "train_seconds": time.perf_counter() - start, "command": " ".join(sys.argv),
+        "environment": environment(),
+    })  # fmt: skip
+    return Loaded(spec, config, state.params, src_vocab, tgt_vocab, src_bpe, tgt_bpe, history)
+
+
+def evaluate_translation(model: Loaded, data: Parallel, *, limit: int | None = None) -> dict:
+    """Greedy translations of a split and their corpus BLEU and chrF (tokenised, lowercased).
+
+    Returns {"bleu", "chrf", "n", "hypotheses", "references"} with space-joined sentences.
+    """
+    import sacrebleu
+
+    src = data.src[:limit] if limit else data.src
+    refs = [" ".join(t) for t in (data.tgt[:limit] if limit else data.tgt)]
+    ids = [model.src_vocab.encode(s) for s in units(model.spec, src, model.src_bpe)]
+    outs = translate(model.config, model.params, ids, max_len=model.spec.train.max_len)
+    hyps = [" ".join(to_words(model.spec, model.tgt_vocab.decode(o))) for o in outs]
+    bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True).score
+    corpus_chrf = sacrebleu.corpus_chrf(hyps, [refs]).score
+    return {"bleu": bleu, "chrf": corpus_chrf, "n": len(hyps), "hypotheses": hyps,
+            "references": refs, "mean_sentence_chrf": float(np.mean([chrf(h, r) for h, r in zip(hyps, refs)]))}  # fmt: skip

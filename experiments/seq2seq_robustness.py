@@ -1,0 +1,212 @@
+"""Adversarial perturbations of translation models (Michel et al., NAACL 2019) on Multi30k.
+
+    python -m experiments.seq2seq_robustness [--profile default|quick] [--text-dir DIR] [--out DIR]
+
+Trains (or reloads) word-level LSTM-with-attention models for each language pair -> en,
+reports clean BLEU / chrF on test_2016_flickr, attacks the first `n_attack` test sentences
+with the unconstrained, kNN and CharSwap one-word substitutions, and writes into the
+output folder (default results/seq2seq/, quick: a temporary folder):
+records.jsonl (one record per case and setting), results.json (clean scores, attack
+tables, timings), tables.md, figures/*.png and run.json (command, config, versions, git
+revision). Every table number is computed from the records.
+"""
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from advjax.io import atomic_write_json, atomic_write_text
+from advjax.text.multi30k import load_parallel, resolve_text_dir
+from advjax.text.seq2seq_attack import SETTINGS
+from advjax.text.seq2seq_train import TrainConfig
+from experiments.seq2seq_attacks import attack_model, summarize_records
+from experiments.seq2seq_models import ModelSpec, environment, evaluate_translation, train_or_load
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    """Every hyper-parameter of the study; profiles are small overrides of the default."""
+
+    profile: str = "default"
+    src_langs: tuple[str, ...] = ("fr",)
+    test_split: str = "test_2016_flickr"
+    n_attack: int = 1000
+    n_clean: int | None = None  # test sentences for clean BLEU/chrF (None: all)
+    settings: tuple[str, ...] = SETTINGS
+    top_k: int = 5
+    knn_k: int = 10
+    attack_batch: int = 50
+    model: ModelSpec = ModelSpec(train=TrainConfig(epochs=5, batch_size=128, learning_rate=2e-3))
+
+    def __post_init__(self):
+        if self.n_attack < 1 or self.top_k < 1 or self.knn_k < 1 or self.attack_batch < 1:
+            raise ValueError(f"bad study config: {self}")
+        unknown = set(self.settings) - set(SETTINGS)
+        if unknown:
+            raise ValueError(f"unknown attack settings {sorted(unknown)}; choose from {SETTINGS}")
+
+
+def profile(name: str) -> Config:
+    """The named profile: "default" (the reported study) or "quick" (CI, well under 60 s)."""
+    if name == "default":
+        return Config()
+    if name == "quick":
+        quick_model = ModelSpec(
+            train_size=600, embed_dim=32, hidden_dim=32, dropout_rate=0.0, min_count=2,
+            train=TrainConfig(epochs=1, batch_size=100, learning_rate=3e-3, max_len=16),
+        )  # fmt: skip
+        return Config(
+            profile="quick", n_attack=10, n_clean=50, attack_batch=10, top_k=3, model=quick_model
+        )
+    raise ValueError(f"profile={name!r} must be 'default' or 'quick'")
+
+
+def _table(rows: dict) -> str:
+    lines = [
+        "| attack | s_src chrF | d_tgt chrF | success chrF | s_src BLEU | d_tgt BLEU | success BLEU | invalid | no candidate |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for setting, r in rows.items():
+        c, b = r["chrf"], r["bleu"]
+        lines.append(
+            f"| {setting} | {c['s_src']:.2f} | {c['d_tgt']:.2f} | {100 * c['success']['value']:.1f} % "
+            f"({c['success']['count']}/{c['success']['total']}) | {b['s_src']:.2f} | {b['d_tgt']:.2f} | "
+            f"{100 * b['success']['value']:.1f} % | {c['statuses']['invalid']} | {c['statuses']['no_candidate']} |"
+        )
+    return "\n".join(lines)
+
+
+def write_tables(results: dict) -> str:
+    """tables.md text: clean scores and one attack table per model, built from results.json."""
+    out = ["# Seq2seq robustness (Michel et al. 2019 framework) on Multi30k", "",
+           f"Profile `{results['config']['profile']}`; test split `{results['config']['test_split']}`; "
+           "scores on lowercased, tokenised text; s_src and d_tgt in percent; success = s_src + d_tgt > 1.", ""]  # fmt: skip
+    for name, m in results["models"].items():
+        clean = m["clean"]
+        out += [f"## {name}", "",
+                f"Clean test ({clean['n']} sentences): BLEU {clean['bleu']:.2f}, chrF {clean['chrf']:.2f}; "
+                f"training {m['train_seconds']:.0f} s ({len(m['history'])} epochs).", "",
+                _table(m["attacks"]), ""]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def write_figure(records: list[dict], path: Path) -> None:
+    """Scatter of s_src against d_tgt (chrF) per attack setting, with the success line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = sorted({r["model"] for r in records})
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    for ax, name in zip(axes[0], models):
+        for setting in SETTINGS:
+            rs = [r for r in records if r["model"] == name and r["attack"] == setting]
+            if rs:
+                ax.scatter(
+                    [r["chrf"]["s_src"] for r in rs],
+                    [r["chrf"]["d_tgt"] for r in rs],
+                    s=6,
+                    alpha=0.4,
+                    label=setting,
+                )
+        ax.plot([0, 1], [1, 0], "k--", lw=1, label="s_src + d_tgt = 1")
+        ax.set(
+            xlabel="s_src (chrF)",
+            ylabel="d_tgt (chrF)",
+            title=name,
+            xlim=(0, 1.02),
+            ylim=(-0.02, 1.02),
+        )
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path.with_suffix(".tmp.png"), dpi=110)
+    plt.close(fig)
+    path.with_suffix(".tmp.png").replace(path)
+
+
+def run(config: Config, text_dir, out: Path, *, log=print) -> dict:
+    """Train, evaluate and attack every model of `config`; write everything into `out`."""
+    start = time.perf_counter()
+    out = Path(out)
+    results = {"config": json.loads(json.dumps(dataclasses.asdict(config))), "models": {}}
+    all_records = []
+    for lang in config.src_langs:
+        spec = dataclasses.replace(config.model, src_lang=lang)
+        model = train_or_load(spec, text_dir, out / "models", log=log)
+        meta = json.loads((out / "models" / spec.name / "config.json").read_text())
+        test = load_parallel(text_dir, config.test_split, lang, spec.tgt_lang)
+        clean = evaluate_translation(model, test, limit=config.n_clean)
+        log(f"{spec.name}: clean BLEU {clean['bleu']:.2f} chrF {clean['chrf']:.2f}")
+        records, seconds = attack_model(
+            model, test.src[: config.n_attack], test.tgt[: config.n_attack],
+            settings=config.settings, top_k=config.top_k, knn_k=config.knn_k,
+            batch_size=config.attack_batch, max_len=spec.train.max_len, log=log,
+        )  # fmt: skip
+        all_records += records
+        results["models"][spec.name] = {
+            "clean": {k: clean[k] for k in ("bleu", "chrf", "n", "mean_sentence_chrf")},
+            "history": model.history,
+            "train_seconds": meta["train_seconds"],
+            "attack_seconds": seconds,
+            "attacks": {
+                s: {m: summarize_records([r for r in records if r["attack"] == s], m) for m in ("chrf", "bleu")}
+                for s in config.settings
+            },
+        }  # fmt: skip
+    atomic_write_text(
+        out / "records.jsonl",
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in all_records),
+    )
+    results["seconds"] = time.perf_counter() - start
+    atomic_write_json(out / "results.json", results)
+    atomic_write_text(out / "tables.md", write_tables(results))
+    write_figure(all_records, out / "figures" / "src_vs_tgt.png")
+    atomic_write_json(out / "run.json", {
+        "command": "python -m experiments.seq2seq_robustness " + " ".join(sys.argv[1:]),
+        "config": results["config"], "environment": environment(), "seconds": results["seconds"],
+    })  # fmt: skip
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--profile", default="default", choices=["default", "quick"])
+    p.add_argument(
+        "--text-dir",
+        default=None,
+        help="folder laid out like ../shared/data/text (else $ADVJAX_TEXT_DIR)",
+    )
+    p.add_argument(
+        "--out", default=None, help="output folder (default results/seq2seq, quick: a temp folder)"
+    )
+    p.add_argument("--src-langs", nargs="+", default=None, choices=["fr", "de", "cs"])
+    p.add_argument("--n-attack", type=int, default=None)
+    args = p.parse_args(argv)
+    config = profile(args.profile)
+    overrides = {
+        "src_langs": tuple(args.src_langs) if args.src_langs else None,
+        "n_attack": args.n_attack,
+    }
+    config = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    try:
+        text_dir = resolve_text_dir(args.text_dir)
+    except ValueError as error:
+        p.error(str(error))
+    out = Path(args.out) if args.out else (
+        Path(tempfile.mkdtemp(prefix="seq2seq_quick_")) if config.profile == "quick" else Path("results/seq2seq"))  # fmt: skip
+    results = run(config, text_dir, out)
+    print(write_tables(results))
+    print(f"wrote {out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""End-to-end: the quick profile of experiments.seq2seq_robustness trains a tiny fr->en
+LSTM on real Multi30k, attacks it with the three settings and writes records, tables,
+figure and provenance in under 60 s; every record keeps its setting's constraint."""
+
+import json
+import os
+import time
+
+import pytest
+
+from advjax.text import TEXT_DIR_ENV
+from advjax.text.seq2seq_perturb import changed_positions
+
+
+def test_quick_profile_end_to_end(tmp_path):
+    if not os.environ.get(TEXT_DIR_ENV):
+        pytest.skip(f"{TEXT_DIR_ENV} is not set: the end-to-end run needs the Multi30k files")
+    from experiments.seq2seq_robustness import main
+
+    # CPU seconds of this process (all threads), not wall time: the budget is 60 s on the
+    # project's 2-core machine, and wall time there depends on whatever else is running.
+    start = time.process_time()
+    results = main(["--profile", "quick", "--out", str(tmp_path)])
+    elapsed = time.process_time() - start
+    assert elapsed < 60, f"quick profile took {elapsed:.1f} CPU seconds"
+    for name in (
+        "records.jsonl",
+        "results.json",
+        "tables.md",
+        "run.json",
+        "figures/src_vs_tgt.png",
+    ):
+        assert (tmp_path / name).exists(), name
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert {r["attack"] for r in records} == {"unconstrained", "knn", "charswap"}
+    for r in records:
+        assert r["status"] in ("success", "failed", "no_candidate"), r  # never "invalid"
+        if r["status"] != "no_candidate":
+            assert len(changed_positions(r["src"].split(), r["adv_src"].split())) == 1
+        assert r["status"] != "success" or r["chrf"]["s_src"] + r["chrf"]["d_tgt"] > 1
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert "git_revision" in run["environment"] and run["config"]["profile"] == "quick"
+    table = (tmp_path / "tables.md").read_text()
+    assert "| charswap |" in table and "BLEU" in table
+    (model,) = results["models"].values()
+    assert model["attacks"]["knn"]["chrf"]["n"] == 10
