@@ -95,3 +95,11 @@ def test_top_level_names_are_the_module_objects():
     assert advjax.CompactCNN is advjax.model.CompactCNN
     assert advjax.eval_logits_fn is advjax.model.eval_logits_fn
     assert advjax.load_cifar10 is advjax.data.load_cifar10
+
+
+def test_text_subpackage_exports_its_modules():
+    """advjax.text lists its public modules in __all__ and each imports."""
+    import advjax.text
+
+    for name in advjax.text.__all__:
+        assert hasattr(advjax.text, name), f"advjax.text.{name}"

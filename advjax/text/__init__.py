@@ -6,3 +6,34 @@ laid out like ``../shared/data/text``), never a path written into the code.
 """
 
 TEXT_DIR_ENV = "ADVJAX_TEXT_DIR"
+
+from advjax.text import (  # noqa: E402
+    bpe,
+    char_attacks,
+    charswap,
+    classifier,
+    mt_metrics,
+    multi30k,
+    score,
+    seq2seq,
+    seq2seq_attack,
+    sst2,
+    textfooler,
+    validity,
+)
+
+__all__ = [
+    "TEXT_DIR_ENV",
+    "bpe",
+    "char_attacks",
+    "charswap",
+    "classifier",
+    "mt_metrics",
+    "multi30k",
+    "score",
+    "seq2seq",
+    "seq2seq_attack",
+    "sst2",
+    "textfooler",
+    "validity",
+]
