@@ -7,6 +7,8 @@ laid out like ``../shared/data/text``), never a path written into the code.
 
 TEXT_DIR_ENV = "ADVJAX_TEXT_DIR"
 
+# `advjax.text.score` (the scorer CLI, `python -m advjax.text.score`) is not imported here,
+# so that running it as a module does not import it twice.
 from advjax.text import (  # noqa: E402
     bpe,
     char_attacks,
@@ -14,7 +16,6 @@ from advjax.text import (  # noqa: E402
     classifier,
     mt_metrics,
     multi30k,
-    score,
     seq2seq,
     seq2seq_attack,
     sst2,
@@ -30,7 +31,6 @@ __all__ = [
     "classifier",
     "mt_metrics",
     "multi30k",
-    "score",
     "seq2seq",
     "seq2seq_attack",
     "sst2",
