@@ -109,3 +109,15 @@ def trained_model(cifar10, trained_run) -> TrainedModel:
     x = jnp.asarray(cifar10.test_images[idx], jnp.float32) / 255.0
     y = jnp.asarray(cifar10.test_labels[idx], jnp.int32)
     return TrainedModel(model, variables, x, y)
+
+
+SLOW_FIXTURES = {"worker"}
+"""Fixtures that make a test slow: `worker` runs a 4-device JAX process (tests/test_sharding.py)."""
+
+
+def pytest_collection_modifyitems(items):
+    """Mark tests using a slow fixture `slow`; the default run deselects them (pyproject
+    addopts), `python -m pytest -m slow` runs them, and `.ci/run` runs both."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -221,6 +221,7 @@ def test_replay_cli_reruns_stored_records_bit_exactly(quick_run, capsys):
     assert replay.main(["--run", str(out), "--line", str(len(records) + 1)]) == 2
 
 
+@pytest.mark.slow
 def test_strong_evaluation_and_attack_variants_run_on_a_study_and_write_checked_records(
     quick_run, tmp_path
 ):

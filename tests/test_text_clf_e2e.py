@@ -15,6 +15,7 @@ from advjax.text.text_records import TextCaseRecord
 @pytest.mark.skipif(
     not os.environ.get(TEXT_DIR_ENV), reason=f"{TEXT_DIR_ENV} is not set (real text data)"
 )
+@pytest.mark.slow
 def test_quick_profile_end_to_end(tmp_path):
     from experiments.text_robustness import main
 

@@ -12,6 +12,7 @@ from advjax.text import TEXT_DIR_ENV
 from advjax.text.seq2seq_perturb import changed_positions
 
 
+@pytest.mark.slow
 def test_quick_profile_end_to_end(tmp_path):
     if not os.environ.get(TEXT_DIR_ENV):
         pytest.skip(f"{TEXT_DIR_ENV} is not set: the end-to-end run needs the Multi30k files")
