@@ -64,7 +64,8 @@ def checks(groups: list[dict], study: dict, model_names, eps: float) -> list[Che
     label = f"{eps * 255:g}"
     for name in model_names:
         ens = find_group(groups, model=name, attack=ENSEMBLE, eps=eps)
-        pgd = study["models"][name]["attacks"]["pgd"].get(label, {}).get("robust_accuracy")
+        attacks = study["models"].get(name, {}).get("attacks", {})  # absent: not in the study
+        pgd = attacks.get("pgd", {}).get(label, {}).get("robust_accuracy")
         first = find_group(groups, model=name, attack="apgd_ce", eps=eps)
         if pgd is not None:
             out.append(
@@ -93,6 +94,8 @@ def table(groups, study, model_names, member_specs, eps) -> str:
     head += ["PGD-20 overstatement (points)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in model_names:
+        if name not in study["models"]:
+            continue  # re-run once the study holds the model's PGD-20 numbers
         m = study["models"][name]
         pgd = m["attacks"]["pgd"][label]["robust_accuracy"]
         cells = [m["label"], format_rate(m["clean_accuracy"]), format_rate(pgd)]
