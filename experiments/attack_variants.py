@@ -60,7 +60,7 @@ def l2_specs(eps: tuple[float, ...], steps: int, batch_size: int) -> list[Attack
 def linf_checks(groups, study, names) -> list[Check]:
     out = [check_perturbations(groups), check_finite_loss(groups)]
     label = f"{LINF_EPS * 255:g}"
-    for name in names:
+    for name in [n for n in names if n in study["models"]]:  # others: once the study has them
         pgd = study["models"][name]["attacks"]["pgd"][label]["robust_accuracy"]
         for attack in ("pgd_margin", "pgd_targeted"):
             g = find_group(groups, model=name, attack=attack, eps=LINF_EPS)["robust_accuracy"]
@@ -139,7 +139,7 @@ def table(groups, study, names, attacks, eps_list, with_pgd20: bool) -> str:
     head = ["model", "clean"] + (["PGD-20 (CE) 8/255"] if with_pgd20 else [])
     head += [f"{a} {format_eps(e)}" for a in attacks for e in eps_list]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name in names:
+    for name in [n for n in names if n in study["models"]]:
         m = study["models"][name]
         cells = [m["label"], format_rate(m["clean_accuracy"])]
         if with_pgd20:
