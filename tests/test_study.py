@@ -217,7 +217,9 @@ def test_replay_cli_reruns_stored_records_bit_exactly(quick_run, capsys):
     lines += [i + 1 for i, r in enumerate(records) if r.first_break_restart][:1]
     argv = ["--run", str(out)] + [a for n in lines for a in ("--line", str(n))]
     assert replay.main(argv) == 0
-    assert capsys.readouterr().out.count("identical") == len(lines) == 5
+    # one record per attack (4), plus one broken by a later restart when the run has one
+    assert len(lines) >= 4
+    assert capsys.readouterr().out.count("identical") == len(lines)
     assert replay.main(["--run", str(out), "--line", str(len(records) + 1)]) == 2
 
 
