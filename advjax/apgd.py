@@ -31,12 +31,11 @@ from advjax.attacks import (
     restart_keys,
 )
 from advjax.losses import per_example_dlr, per_example_targeted_dlr
-from advjax.norms import TINY, ascent_direction, per_example, random_start
+from advjax.norms import ascent_direction, per_example, random_start
 from advjax.types import Array, ArrayLike, LogitsFn
 
 __all__ = ["APGDResult", "apgd", "apgd_targeted", "per_example_dlr", "per_example_targeted_dlr"]
 
-_TINY = TINY
 LossFn = Callable[[Array, Array], Array]  # (logits, labels) -> per-example loss to maximise
 
 

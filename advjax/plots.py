@@ -189,7 +189,7 @@ def tradeoff_scatter(
 
     `points[label][kind] = (value, low, high)` with kind "clean" and one or more robust
     kinds (e.g. "PGD-20", "ensemble"), each drawn with its own marker and joined per model;
-    `references` are single points (unfilled markers); `target` shades the region
+    `references` are single labelled points (black crosses); `target` shades the region
     clean >= target[0], robust >= target[1].
     """
     fig, ax = plt.subplots(figsize=(7.5, 5.5))

@@ -33,6 +33,7 @@ from advjax.sanity import Check, check_finite_loss, check_perturbations
 from advjax.summary import run_summary
 from advjax.threat_model import ThreatModel, format_eps
 from experiments.evaluation import load_model
+from experiments.report import checks_table
 from experiments.study import environment
 
 LINF_EPS = 8 / 255
@@ -151,13 +152,6 @@ def table(groups, study, names, attacks, eps_list, with_pgd20: bool) -> str:
                 )
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
-
-
-def checks_table(summary: dict) -> str:
-    return "| check | result | evidence |\n|---|---|---|\n" + "\n".join(
-        f"| {c['name']} | {'pass' if c['passed'] else '**FAIL**'} | {c['evidence']} |"
-        for c in summary["checks"]
-    )
 
 
 def main(argv=None) -> dict:

@@ -29,6 +29,7 @@ from advjax.sanity import Check, check_finite_loss, check_perturbations
 from advjax.summary import run_summary
 from advjax.threat_model import ThreatModel, format_eps
 from experiments.evaluation import load_model
+from experiments.report import checks_table
 from experiments.study import environment
 
 HELD_OUT = ("apgd_t", "square")
@@ -186,11 +187,7 @@ def main(argv=None) -> dict:
                 "only the cases every earlier member left robust). Held out: never used to train or "
                 "select a model.",
                 table(groups, study, names, specs, eps),
-                "## Checks\n\n| check | result | evidence |\n|---|---|---|\n"
-                + "\n".join(
-                    f"| {c['name']} | {'pass' if c['passed'] else '**FAIL**'} | {c['evidence']} |"
-                    for c in summary["checks"]
-                ),
+                "## Checks\n\n" + checks_table(summary),
             ]
         )
         + "\n"

@@ -10,10 +10,11 @@ import json
 from pathlib import Path
 
 from advjax import plots
+from advjax.aggregate import find_group
+from advjax.ensemble import ENSEMBLE
 from advjax.metrics import format_rate
 
 STRONG_SUMMARY = Path("strong_evaluation") / "summary.json"
-ENSEMBLE = "ensemble"
 TARGET = (65.0, 35.0)
 """Issue 5's aim at 8/255: clean and ensemble robust accuracy (%)."""
 REFERENCE_FGSM_AT = (42.3, 27.0)
@@ -26,12 +27,8 @@ def load_strong(out: Path) -> dict | None:
 
 
 def _ensemble(strong: dict | None, model: str, eps: float) -> dict | None:
-    if strong is None:
-        return None
-    for g in strong["aggregates"]:
-        if g["model"] == model and g["attack"] == ENSEMBLE and abs(g["eps"] - eps) < 1e-9:
-            return g["robust_accuracy"]
-    return None
+    group = strong and find_group(strong["aggregates"], model=model, attack=ENSEMBLE, eps=eps)
+    return group["robust_accuracy"] if group else None
 
 
 def _top(results: dict) -> str:

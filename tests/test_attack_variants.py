@@ -192,9 +192,9 @@ def test_trained_cnn_margin_and_l2_pgd_break_most_and_targeted_hits_targets(trai
     correct = np.asarray(jnp.argmax(logits_fn(x), -1) == y)
     x, y = x[correct], y[correct]
     run = jax.jit(
-        lambda x, y, t: pgd_search(logits_fn, x, y, 8 / 255, key=KEY, steps=10, loss="margin").x_adv
+        lambda x, y: pgd_search(logits_fn, x, y, 8 / 255, key=KEY, steps=10, loss="margin").x_adv
     )
-    acc = float(jnp.mean(jnp.argmax(logits_fn(run(x, y, None)), -1) == y))
+    acc = float(jnp.mean(jnp.argmax(logits_fn(run(x, y)), -1) == y))
     assert acc < 0.3, f"margin PGD left {acc:.2f} of the correct cases correct"
     x_l2 = pgd(logits_fn, x, y, 0.5, key=KEY, steps=10, norm="l2", step_size=0.125)
     assert float(jnp.mean(jnp.argmax(logits_fn(x_l2), -1) == y)) < 0.5
