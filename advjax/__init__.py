@@ -1,5 +1,9 @@
 """advjax: a functional JAX library for adversarial robustness evaluation."""
 
+from advjax import backend
+
+backend.configure()
+
 from advjax import (
     aggregate,
     apgd,

@@ -4,7 +4,8 @@ XLA's CPU backward-input convolution falls off its fast path inside `lax.fori_lo
 (a PGD loop ran ~5x slower than the same computation unrolled). The input gradient of a
 stride-1 'SAME' convolution is itself a forward convolution with the spatially flipped,
 in/out-transposed kernel, so a custom VJP expresses it that way. Max pooling is written as
-reshape + max, whose gradient is a cheap elementwise mask instead of a select-and-scatter.
+reshape + max, and its VJP as an elementwise first-maximum mask (no select-and-scatter, no
+tie-counting reduction).
 """
 
 import jax
@@ -47,9 +48,42 @@ def _conv2d_same_bwd(residuals: tuple[Array, Array], g: Array) -> tuple[Array, A
 conv2d_same.defvjp(_conv2d_same_fwd, _conv2d_same_bwd)
 
 
-def max_pool_2x2(x: Array) -> Array:
-    """2x2 max pooling with stride 2 on an NHWC batch with even height and width."""
+def _pool_windows(x: Array) -> Array:
     n, h, w, c = x.shape
     if h % 2 or w % 2:
         raise ValueError(f"max_pool_2x2 needs even spatial dims, got {x.shape=}")
-    return x.reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+    return x.reshape(n, h // 2, 2, w // 2, 2, c)
+
+
+@jax.custom_vjp
+def max_pool_2x2(x: Array) -> Array:
+    """2x2 max pooling with stride 2 on an NHWC batch with even height and width.
+
+    Its gradient goes to the first maximum of each window in row-major order, as in
+    PyTorch's `max_pool2d`; autodiff of `max` would split it among tied maxima and pay a
+    reduction to count them.
+    """
+    return _pool_windows(x).max(axis=(2, 4))
+
+
+def _max_pool_fwd(x: Array) -> tuple[Array, tuple[Array, Array]]:
+    out = max_pool_2x2(x)
+    return out, (x, out)
+
+
+def _max_pool_bwd(residuals: tuple[Array, Array], g: Array) -> tuple[Array]:
+    x, out = residuals
+    windows = _pool_windows(x)
+    top = out[:, :, None, :, None, :]
+    grad = g[:, :, None, :, None, :]
+    taken = jnp.zeros_like(top, dtype=bool)
+    parts = []
+    for i, j in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        hit = windows[:, :, i : i + 1, :, j : j + 1, :] == top
+        parts.append(jnp.where(hit & ~taken, grad, jnp.zeros_like(grad)))
+        taken = taken | hit
+    rows = [jnp.concatenate(parts[0:2], axis=4), jnp.concatenate(parts[2:4], axis=4)]
+    return (jnp.concatenate(rows, axis=2).reshape(x.shape),)
+
+
+max_pool_2x2.defvjp(_max_pool_fwd, _max_pool_bwd)

@@ -12,6 +12,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from advjax import backend
 from advjax.augment import to_float
 from advjax.checkpoint import read_checkpoint, save_checkpoint
 from advjax.data import Cifar10, fingerprint, load_cifar10, stratified_indices, study_splits
@@ -133,6 +134,8 @@ def environment() -> dict:
         "jax_backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
         "versions": {m.__name__: m.__version__ for m in (jax, flax, optax, chex, np, matplotlib)},
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "xla_flags_set_by_advjax": list(backend.applied()),
         "git_revision": git("rev-parse", "HEAD"),
         "git_dirty": bool(
             git("status", "--porcelain", "--untracked-files=no", "--", "advjax", "experiments")

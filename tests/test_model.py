@@ -236,6 +236,29 @@ def test_max_pool_2x2_equals_flax_max_pool(shape):
     )
 
 
+def test_max_pool_2x2_gradient_goes_to_the_first_tied_maximum():
+    """With ties in a window the whole gradient goes to the first maximum in row-major
+    order (PyTorch's max_pool2d rule), never split and never to a non-maximum."""
+    windows = np.array(
+        [
+            [[1.0, 1.0], [0.0, 1.0]],  # tie among (0,0), (0,1), (1,1): first is (0,0)
+            [[0.0, 2.0], [2.0, 0.0]],  # tie among (0,1), (1,0): first is (0,1)
+            [[0.0, 0.0], [0.0, 0.0]],  # all tied (a ReLU-zeroed window): (0,0)
+            [[0.0, 0.0], [3.0, 3.0]],  # tie in the bottom row: (1,0)
+        ],
+        np.float32,
+    )
+    x = np.zeros((1, 2, 8, 1), np.float32)
+    for k, window in enumerate(windows):
+        x[0, :, 2 * k : 2 * k + 2, 0] = window
+    g = np.array([1.0, 2.0, 3.0, 4.0], np.float32).reshape(1, 1, 4, 1)
+    grad = jax.grad(lambda z: jnp.sum(max_pool_2x2(z) * g))(jnp.asarray(x))
+    expected = np.zeros_like(x)
+    for k, (i, j) in enumerate([(0, 0), (0, 1), (0, 0), (1, 0)]):
+        expected[0, i, 2 * k + j, 0] = g[0, 0, k, 0]
+    np.testing.assert_array_equal(np.asarray(grad), expected)
+
+
 @pytest.mark.parametrize("shape", [(1, 7, 8, 3), (1, 8, 5, 3), (2, 3, 3, 1)])
 def test_max_pool_2x2_rejects_odd_spatial_sizes(shape):
     """Odd height or width raises ValueError naming the shape."""

@@ -1,0 +1,70 @@
+"""XLA settings that advjax applies before JAX starts its CPU backend.
+
+On the CPU, jaxlib 0.10 hands convolutions to YNNPACK by default. In a training step or a
+PGD loop those kernels ran on one thread each (the runtime overlaps independent ops on
+the two cores instead), and the backward convolutions were the slowest part of the step.
+Keeping convolutions on XLA's own multi-threaded (Eigen) kernels made the CIFAR training
+step ~1.4x and PGD-20 ~1.5x faster on a 2-core machine (`benchmarks/results/`).
+
+The flag is added to `XLA_FLAGS` only when all of these hold: JAX has not started a backend
+yet (XLA reads the flags once), the user's `XLA_FLAGS` does not already set it, the jaxlib
+version is one it was measured on (an unknown flag aborts the process), and
+`ADVJAX_XLA_DEFAULTS` is not "0". It only concerns the CPU backend; on GPU it is inert.
+Results depend on it in the last float bits (another convolution kernel), so `applied()`
+is stored with every run's environment.
+"""
+
+import os
+import warnings
+from collections.abc import MutableMapping
+
+CPU_FLAGS: tuple[str, ...] = ("--xla_cpu_experimental_ynn_fusion_type=-individual_convolution",)
+MEASURED_JAXLIB: tuple[str, ...] = ("0.10.2",)
+OPT_OUT_VARIABLE = "ADVJAX_XLA_DEFAULTS"
+
+_applied: list[str] = []
+
+
+def _flag_name(flag: str) -> str:
+    return flag.split("=", 1)[0]
+
+
+def flags_to_add(
+    xla_flags: str, jaxlib_version: str, opt_out: str | None = None
+) -> tuple[str, ...]:
+    """The CPU flags missing from `xla_flags` (none if opted out or on an unmeasured jaxlib)."""
+    if opt_out == "0" or jaxlib_version not in MEASURED_JAXLIB:
+        return ()
+    present = {_flag_name(token) for token in xla_flags.split()}
+    return tuple(flag for flag in CPU_FLAGS if _flag_name(flag) not in present)
+
+
+def configure(environ: MutableMapping[str, str] = os.environ) -> tuple[str, ...]:
+    """Add advjax's CPU flags to `environ["XLA_FLAGS"]` if JAX has no backend yet.
+
+    Returns the flags added. If a backend is already running, nothing can change and a
+    warning says so (import advjax before running any JAX computation).
+    """
+    import jaxlib
+    from jax._src import xla_bridge
+
+    wanted = flags_to_add(
+        environ.get("XLA_FLAGS", ""), jaxlib.__version__, environ.get(OPT_OUT_VARIABLE)
+    )
+    if not wanted:
+        return ()
+    if xla_bridge.backends_are_initialized():
+        warnings.warn(
+            f"advjax: JAX's backend started before advjax was imported, so {wanted} "
+            "could not be set; convolutions on CPU will be slower",
+            stacklevel=2,
+        )
+        return ()
+    environ["XLA_FLAGS"] = " ".join([environ.get("XLA_FLAGS", ""), *wanted]).strip()
+    _applied.extend(wanted)
+    return wanted
+
+
+def applied() -> tuple[str, ...]:
+    """The flags this process added (for the run's environment record)."""
+    return tuple(_applied)

@@ -1,0 +1,67 @@
+"""advjax.backend: which XLA flags advjax sets, and when it must leave XLA_FLAGS alone."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import jaxlib
+import pytest
+
+from advjax import backend
+
+FLAG = backend.CPU_FLAGS[0]
+FLAG_NAME = FLAG.split("=")[0]
+MEASURED = backend.MEASURED_JAXLIB[0]
+
+
+def test_flags_added_when_absent():
+    """On a measured jaxlib with no user flags, every CPU flag is added."""
+    assert backend.flags_to_add("", MEASURED) == backend.CPU_FLAGS
+    assert backend.flags_to_add("--xla_force_host_platform_device_count=4", MEASURED) == (
+        backend.CPU_FLAGS
+    )
+
+
+def test_user_setting_of_the_same_flag_wins():
+    """A flag the user already set (any value) is never added again."""
+    assert backend.flags_to_add(f"{FLAG_NAME}=individual_convolution", MEASURED) == ()
+
+
+def test_opt_out_and_unmeasured_jaxlib_add_nothing():
+    """ADVJAX_XLA_DEFAULTS=0, or a jaxlib the flag was not measured on (an unknown flag
+    aborts XLA), add nothing."""
+    assert backend.flags_to_add("", MEASURED, opt_out="0") == ()
+    assert backend.flags_to_add("", "0.0.1") == ()
+
+
+def test_configure_after_backend_start_warns_and_changes_nothing():
+    """Once JAX runs a computation its flags are fixed: configure warns, leaves env as is."""
+    jnp.zeros(1).block_until_ready()
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    if jaxlib.__version__ not in backend.MEASURED_JAXLIB:
+        pytest.skip("unmeasured jaxlib: nothing to add")
+    with pytest.warns(UserWarning, match="before advjax was imported"):
+        assert backend.configure(env) == ()
+    assert env == {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+
+def _flags_in_fresh_process(extra_env: dict) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", backend.OPT_OUT_VARIABLE)}
+    env.update(extra_env)
+    code = "import os, advjax; print(os.environ.get('XLA_FLAGS', ''))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+@pytest.mark.skipif(
+    jaxlib.__version__ not in backend.MEASURED_JAXLIB, reason="flag not measured on this jaxlib"
+)
+def test_importing_advjax_sets_the_flag_unless_opted_out():
+    """`import advjax` in a fresh process sets the flag; ADVJAX_XLA_DEFAULTS=0 keeps XLA_FLAGS."""
+    assert _flags_in_fresh_process({}) == FLAG
+    assert _flags_in_fresh_process({backend.OPT_OUT_VARIABLE: "0"}) == ""
+    assert jax.default_backend()  # this process runs either way
