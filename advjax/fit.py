@@ -14,7 +14,7 @@ from jax.sharding import Mesh
 
 from advjax.progress import Progress
 from advjax.sentinel import SentinelConfig, collapse_flags, make_probe
-from advjax.sharding import check_batch, replicate, shard_batch, sharded_train_step
+from advjax.sharding import check_batch_size, replicate, sharded_train_step
 from advjax.train import (
     Batch,
     TrainConfig,
@@ -24,6 +24,8 @@ from advjax.train import (
     make_train_step,
     train_step_fn,
 )
+
+_PROGRESS_EVERY = 20  # steps between progress updates; each one waits for the device
 
 
 class FitResult(NamedTuple):
@@ -94,7 +96,7 @@ def fit(
     if mesh is None:
         train_step = make_train_step(config)
     else:
-        check_batch(mesh, np.zeros((config.batch_size, 1)))
+        check_batch_size(mesh, config.batch_size)
         train_step = sharded_train_step(train_step_fn(config), mesh)
         state = replicate(mesh, state)
     images, labels = jnp.asarray(train.images), jnp.asarray(train.labels)
@@ -105,22 +107,18 @@ def fit(
         started = time.perf_counter()
         order = jax.random.permutation(jax.random.fold_in(shuffle_key, epoch), n)
         bar = Progress(steps_per_epoch, f"{name} epoch {epoch + 1}/{config.epochs}", show_progress)
-        sums: dict[str, float] = {}
+        sums = None
         for i in range(steps_per_epoch):
             idx = order[i * config.batch_size : (i + 1) * config.batch_size]
             key_i = jax.random.fold_in(jax.random.fold_in(step_key, epoch), i)
-            batch = Batch(images[idx], labels[idx])
-            if mesh is not None:
-                batch = shard_batch(mesh, batch)
-            state, metrics = train_step(state, batch, key_i)
-            metrics = jax.device_get(metrics)
-            for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-            bar.update(postfix=f"loss {sums['loss'] / (i + 1):.3f}")
+            state, metrics = train_step(state, Batch(images[idx], labels[idx]), key_i)
+            sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
+            if (i + 1) % _PROGRESS_EVERY == 0 or i + 1 == steps_per_epoch:
+                bar.update(i + 1 - bar.count, postfix=f"loss {float(sums['loss']) / (i + 1):.3f}")
         bar.close()
         record = {
             "epoch": epoch + 1,
-            **{f"train_{k}": v / steps_per_epoch for k, v in sums.items()},
+            **{f"train_{k}": float(v) / steps_per_epoch for k, v in jax.device_get(sums).items()},
         }
         val_metrics = evaluate(state, val.images, val.labels)
         record.update(val_accuracy=val_metrics["accuracy"], val_loss=val_metrics["loss"])

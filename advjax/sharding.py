@@ -89,6 +89,15 @@ def check_batch(mesh: Mesh, tree: Any) -> int:
     if len(sizes) != 1:
         raise ValueError(f"every leaf of a batch must have the same leading size, got {sizes}")
     (size,) = sizes
+    return check_batch_size(mesh, size)
+
+
+def check_batch_size(mesh: Mesh, size: int) -> int:
+    """`size`, checked to split evenly over the devices of `mesh`.
+
+    Raises:
+      ValueError: `size` is not a multiple of the number of devices.
+    """
     devices = num_shards(mesh)
     if size % devices:
         raise ValueError(
@@ -180,6 +189,7 @@ __all__ = [
     "DATA_AXIS",
     "batch_sharding",
     "check_batch",
+    "check_batch_size",
     "data_mesh",
     "num_shards",
     "replicate",

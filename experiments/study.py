@@ -46,7 +46,7 @@ def train_config(config: StudyConfig, spec: ModelSpec) -> TrainConfig:
         batch_size=config.batch_size,
         learning_rate=config.learning_rate,
         weight_decay=config.weight_decay,
-        dropout_rate=config.dropout_rate,
+        dropout_rate=config.dropout_rate if spec.dropout_rate is None else spec.dropout_rate,
         adv_eps=config.train_eps,
         seed=config.seed if spec.seed is None else spec.seed,
     )
@@ -103,7 +103,8 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
         "seconds": seconds,
         "git_revision": environment()["git_revision"],
     }
-    save_checkpoint(path, CompactCNN(dropout_rate=config.dropout_rate), variables, metadata)
+    model = CompactCNN(dropout_rate=train_config(config, spec).dropout_rate)
+    save_checkpoint(path, model, variables, metadata)
     return path
 
 
