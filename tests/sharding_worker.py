@@ -53,6 +53,13 @@ def is_sharded_over(array: jax.Array, mesh, spec_sharding) -> dict:
     }
 
 
+def relative_l2(a, b) -> float:
+    """||a - b|| / ||a|| over all leaves of two equal-structure trees."""
+    flat = lambda t: np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(t)])  # noqa: E731
+    u, v = flat(a).astype(np.float64), flat(b).astype(np.float64)
+    return float(np.linalg.norm(u - v) / max(np.linalg.norm(u), 1e-30))
+
+
 def close_fraction(a, b, *, rtol: float = RTOL, atol: float = ATOL) -> float:
     """Share of elements, over all leaves, with |a - b| > atol + rtol * |a|."""
     bad = jax.tree.leaves(
@@ -110,6 +117,7 @@ def compare_training(mode: str, mesh) -> tuple[dict, object]:
         diffs = step_diffs(plain, one, plain_metrics, one_metrics)
         diffs["grad_max_abs_diff"] = max_abs_diff(gradients(plain), gradients(one))
         diffs["grad_outside_tol"] = close_fraction(gradients(plain), gradients(one))
+        diffs["grad_relative_l2"] = relative_l2(gradients(plain), gradients(one))
         per_step.append(diffs)
         sharded, metrics = step(sharded, sharding.shard_batch(mesh, batch), key)
         trajectory.append(step_diffs(plain, sharded, plain_metrics, metrics))
