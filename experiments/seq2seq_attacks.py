@@ -26,16 +26,24 @@ from experiments.seq2seq_models import Loaded
 RECORD_STATUSES = ("success", "failed", "no_candidate", "invalid")
 
 
-def make_attack_fn(model: Loaded, *, settings: tuple[str, ...], top_k: int, knn: np.ndarray | None):
-    """A jitted (src, tgt_in, tgt_out) -> {setting: OneWordAttack} sharing one gradient pass."""
+def model_logits_fn(model: Loaded):
+    """The model's (src_emb, src_mask, tgt_in) -> teacher-forced logits, for the attacks."""
     module = LSTMSeq2Seq(model.config)
     params = model.params
-    mask = jnp.asarray(word_mask(model.src_vocab))
 
     def logits_fn(emb, src_mask, tgt_in):
         return module.apply(
             {"params": params}, emb, src_mask, tgt_in, method=LSTMSeq2Seq.logits_from_embeddings
         )
+
+    return logits_fn
+
+
+def make_attack_fn(model: Loaded, *, settings: tuple[str, ...], top_k: int, knn: np.ndarray | None):
+    """A jitted (src, tgt_in, tgt_out) -> {setting: OneWordAttack} sharing one gradient pass."""
+    params = model.params
+    mask = jnp.asarray(word_mask(model.src_vocab))
+    logits_fn = model_logits_fn(model)
 
     @jax.jit
     def run(src, tgt_in, tgt_out):
@@ -137,7 +145,7 @@ def attack_model(
                 "new_word": adv_words[i][pos] if pos >= 0 else None,
                 "new_word_id": int(res.replacement), "first_order": float(res.first_order),
                 "adv_loss": float(res.loss), "clean_loss": float(res.clean_loss),
-                "chrf": _scores(chrf_s), "bleu": _scores(bleu_s),
+                "chrf": scores_dict(chrf_s), "bleu": scores_dict(bleu_s),
             })  # fmt: skip
         log(
             f"{model.spec.name} {setting}: {len(results)} cases, decoded in {seconds[f'decode_{setting}']:.1f} s"
@@ -145,7 +153,8 @@ def attack_model(
     return records, seconds
 
 
-def _scores(s: PairScore) -> dict:
+def scores_dict(s: PairScore) -> dict:
+    """A record's score fields."""
     return {
         "s_src": s.s_src,
         "s_tgt": s.s_tgt,

@@ -1,11 +1,14 @@
 """Adversarial perturbations of translation models (Michel et al., NAACL 2019) on Multi30k.
 
     python -m experiments.seq2seq_robustness [--profile default|quick] [--text-dir DIR] [--out DIR]
+        [--src-langs fr de cs] [--units word bpe] [--models-dir DIR] [--n-attack N]
 
-Trains (or reloads) word-level LSTM-with-attention models for each language pair -> en,
-reports clean BLEU / chrF on test_2016_flickr, attacks the first `n_attack` test sentences
-with the unconstrained, kNN and CharSwap one-word substitutions, and writes into the
-output folder (default results/seq2seq/, quick: a temporary folder):
+Trains (or reloads) LSTM-with-attention models for each language pair -> en and unit
+(word-level by default; `--units bpe` selects the subword model, attacked by
+`experiments.seq2seq_bpe_attacks`), reports clean BLEU / chrF on test_2016_flickr,
+attacks the first `n_attack` test sentences with the unconstrained, kNN and CharSwap
+one-word substitutions, and writes into the output folder (default results/seq2seq/,
+quick: a temporary folder; models go to `--models-dir`, default OUT/models):
 records.jsonl (one record per case and setting), results.json (clean scores, attack
 tables, timings), tables.md, figures/*.png and run.json (command, config, versions, git
 revision). Every table number is computed from the records.
@@ -24,6 +27,7 @@ from advjax.text.multi30k import load_parallel, resolve_text_dir
 from advjax.text.seq2seq_attack import SETTINGS
 from advjax.text.seq2seq_train import TrainConfig
 from experiments.seq2seq_attacks import attack_model, summarize_records
+from experiments.seq2seq_bpe_attacks import attack_bpe_model, training_word_vocab
 from experiments.seq2seq_models import ModelSpec, environment, evaluate_translation, train_or_load
 
 
@@ -33,6 +37,7 @@ class Config:
 
     profile: str = "default"
     src_langs: tuple[str, ...] = ("fr",)
+    units: tuple[str, ...] = ("word",)  # "word" and/or "bpe"
     test_split: str = "test_2016_flickr"
     n_attack: int = 1000
     n_clean: int | None = None  # test sentences for clean BLEU/chrF (None: all)
@@ -45,6 +50,8 @@ class Config:
     def __post_init__(self):
         if self.n_attack < 1 or self.top_k < 1 or self.knn_k < 1 or self.attack_batch < 1:
             raise ValueError(f"bad study config: {self}")
+        if not self.units or set(self.units) - {"word", "bpe"}:
+            raise ValueError(f"units={self.units!r} must be a non-empty subset of ('word', 'bpe')")
         unknown = set(self.settings) - set(SETTINGS)
         if unknown:
             raise ValueError(f"unknown attack settings {sorted(unknown)}; choose from {SETTINGS}")
@@ -130,24 +137,31 @@ def write_figure(records: list[dict], path: Path) -> None:
     path.with_suffix(".tmp.png").replace(path)
 
 
-def run(config: Config, text_dir, out: Path, *, log=print) -> dict:
-    """Train, evaluate and attack every model of `config`; write everything into `out`."""
+def run(config: Config, text_dir, out: Path, *, models_dir: Path | None = None, log=print) -> dict:
+    """Train, evaluate and attack every model of `config`; write everything into `out`
+    (models into `models_dir`, default out/models)."""
     start = time.perf_counter()
     out = Path(out)
+    models_dir = out / "models" if models_dir is None else Path(models_dir)
     results = {"config": json.loads(json.dumps(dataclasses.asdict(config))), "models": {}}
     all_records = []
-    for lang in config.src_langs:
-        spec = dataclasses.replace(config.model, src_lang=lang)
-        model = train_or_load(spec, text_dir, out / "models", log=log)
-        meta = json.loads((out / "models" / spec.name / "config.json").read_text())
+    for lang, unit in [(lang, unit) for lang in config.src_langs for unit in config.units]:
+        spec = dataclasses.replace(config.model, src_lang=lang, unit=unit)
+        model = train_or_load(spec, text_dir, models_dir, log=log)
+        meta = json.loads((models_dir / spec.name / "config.json").read_text())
         test = load_parallel(text_dir, config.test_split, lang, spec.tgt_lang)
         clean = evaluate_translation(model, test, limit=config.n_clean)
         log(f"{spec.name}: clean BLEU {clean['bleu']:.2f} chrF {clean['chrf']:.2f}")
-        records, seconds = attack_model(
-            model, test.src[: config.n_attack], test.tgt[: config.n_attack],
+        src, ref = test.src[: config.n_attack], test.tgt[: config.n_attack]
+        shared = dict(
             settings=config.settings, top_k=config.top_k, knn_k=config.knn_k,
             batch_size=config.attack_batch, max_len=spec.train.max_len, log=log,
         )  # fmt: skip
+        if unit == "bpe":
+            word_vocab = training_word_vocab(spec, text_dir)
+            records, seconds = attack_bpe_model(model, word_vocab, src, ref, **shared)
+        else:
+            records, seconds = attack_model(model, src, ref, **shared)
         all_records += records
         results["models"][spec.name] = {
             "clean": {k: clean[k] for k in ("bleu", "chrf", "n", "mean_sentence_chrf")},
@@ -188,11 +202,14 @@ def main(argv: list[str] | None = None) -> dict:
         "--out", default=None, help="output folder (default results/seq2seq, quick: a temp folder)"
     )
     p.add_argument("--src-langs", nargs="+", default=None, choices=["fr", "de", "cs"])
+    p.add_argument("--units", nargs="+", default=None, choices=["word", "bpe"])
+    p.add_argument("--models-dir", default=None, help="model folder (default OUT/models)")
     p.add_argument("--n-attack", type=int, default=None)
     args = p.parse_args(argv)
     config = profile(args.profile)
     overrides = {
         "src_langs": tuple(args.src_langs) if args.src_langs else None,
+        "units": tuple(args.units) if args.units else None,
         "n_attack": args.n_attack,
     }
     config = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
@@ -202,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
         p.error(str(error))
     out = Path(args.out) if args.out else (
         Path(tempfile.mkdtemp(prefix="seq2seq_quick_")) if config.profile == "quick" else Path("results/seq2seq"))  # fmt: skip
-    results = run(config, text_dir, out)
+    results = run(config, text_dir, out, models_dir=args.models_dir)
     print(write_tables(results))
     print(f"wrote {out}")
     return results
