@@ -53,6 +53,8 @@ class TrainConfig:
         the reference study's), False on the adversarial batch alone (fgsm_rs's and pgd's,
         as in their papers).
       trades_beta: weight of the TRADES KL term (6.0, Zhang et al. 2019).
+      augment_pad: zero padding of the random crop (4, the CIFAR standard; 0 makes the
+        crop the identity, leaving the random flip alone).
     """
 
     mode: str = "standard"
@@ -63,6 +65,7 @@ class TrainConfig:
     dropout_rate: float = 0.5
     adv_eps: float = 8 / 255
     augment: bool = True
+    augment_pad: int = 4
     seed: int = 42
     adv_steps: int | None = None
     adv_step_fraction: float | None = None
@@ -72,6 +75,10 @@ class TrainConfig:
     def __post_init__(self):
         if self.mode not in TRAINING_MODES:
             raise ValueError(f"mode={self.mode!r} must be one of {TRAINING_MODES}")
+        if isinstance(self.augment_pad, bool) or not isinstance(self.augment_pad, int):
+            raise ValueError(f"augment_pad={self.augment_pad!r} must be an integer >= 0")
+        if self.augment_pad < 0:
+            raise ValueError(f"augment_pad={self.augment_pad!r} must be an integer >= 0")
         for name in ("epochs", "batch_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -129,11 +136,10 @@ def create_train_state(key: jax.Array, config: TrainConfig, total_steps: int) ->
 
 def train_step_fn(config: TrainConfig) -> Callable:
     """The pure, unjitted `step(state, batch, key) -> (state, metrics)` for `config.mode`."""
-    settings, eps, aug = config.adv_settings(), config.adv_eps, config.augment
+    settings, eps = config.adv_settings(), config.adv_eps
+    aug = {"use_augment": config.augment, "augment_pad": config.augment_pad}
     if config.mode == "fgsm":
-        return functools.partial(
-            fgsm_train_step, eps=eps, use_augment=aug, adv_mix=settings["adv_mix"]
-        )
+        return functools.partial(fgsm_train_step, eps=eps, adv_mix=settings["adv_mix"], **aug)
     if config.mode in ("fgsm_rs", "pgd"):
         return functools.partial(
             pgd_train_step,
@@ -141,7 +147,7 @@ def train_step_fn(config: TrainConfig) -> Callable:
             steps=settings.get("adv_steps", 1),
             step_fraction=settings["adv_step_fraction"],
             adv_mix=settings["adv_mix"],
-            use_augment=aug,
+            **aug,
         )
     if config.mode == "trades":
         return functools.partial(
@@ -150,9 +156,9 @@ def train_step_fn(config: TrainConfig) -> Callable:
             steps=settings["adv_steps"],
             step_fraction=settings["adv_step_fraction"],
             beta=settings["trades_beta"],
-            use_augment=aug,
+            **aug,
         )
-    return functools.partial(standard_train_step, use_augment=aug)
+    return functools.partial(standard_train_step, **aug)
 
 
 def make_train_step(config: TrainConfig):

@@ -67,9 +67,9 @@ def _apply_gradients(state: TrainState, x: Array, y: Array, key: jax.Array):
     return state, loss, logits
 
 
-def _prepare(batch: Batch, key: jax.Array, use_augment: bool) -> Array:
+def _prepare(batch: Batch, key: jax.Array, use_augment: bool, augment_pad: int) -> Array:
     x = to_float(batch.images)
-    return augment(key, x) if use_augment else x
+    return augment(key, x, pad=augment_pad) if use_augment else x
 
 
 def _train_on(state, x, x_adv, y, key, adv_mix: bool):
@@ -90,11 +90,16 @@ def _train_on(state, x, x_adv, y, key, adv_mix: bool):
 
 
 def standard_train_step(
-    state: TrainState, batch: Batch, key: jax.Array, *, use_augment: bool = True
+    state: TrainState,
+    batch: Batch,
+    key: jax.Array,
+    *,
+    use_augment: bool = True,
+    augment_pad: int = 4,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One AdamW step on the cross-entropy of the (augmented) clean batch."""
     aug_key, dropout_key = jax.random.split(key)
-    x = _prepare(batch, aug_key, use_augment)
+    x = _prepare(batch, aug_key, use_augment, augment_pad)
     state, loss, logits = _apply_gradients(state, x, batch.labels, dropout_key)
     accuracy = jnp.mean(jnp.argmax(logits, -1) == batch.labels)
     return state, {"loss": loss, "accuracy": accuracy}
@@ -108,6 +113,7 @@ def fgsm_train_step(
     eps: float = 8 / 255,
     use_augment: bool = True,
     adv_mix: bool = True,
+    augment_pad: int = 4,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One AdamW step on the clean batch and its FGSM version together.
 
@@ -117,7 +123,7 @@ def fgsm_train_step(
     alone, plain FGSM training without a random start, prone to catastrophic overfitting).
     """
     aug_key, attack_key, dropout_key = jax.random.split(key, 3)
-    x = _prepare(batch, aug_key, use_augment)
+    x = _prepare(batch, aug_key, use_augment, augment_pad)
     x_adv = fgsm(_train_logits_fn(state, state.params, attack_key), x, batch.labels, eps)
     return _train_on(state, x, x_adv, batch.labels, dropout_key, adv_mix)
 
@@ -180,6 +186,7 @@ def pgd_train_step(
     step_fraction: float = 0.25,
     adv_mix: bool = False,
     use_augment: bool = True,
+    augment_pad: int = 4,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One AdamW step on the PGD batch (Madry et al., ICLR 2018).
 
@@ -191,7 +198,7 @@ def pgd_train_step(
     (train-mode accuracy on the attacked batch), plus clean `accuracy` when `adv_mix`.
     """
     aug_key, dropout_key, start_key, attack_key = jax.random.split(key, 4)
-    x = _prepare(batch, aug_key, use_augment)
+    x = _prepare(batch, aug_key, use_augment, augment_pad)
     logits_fn = _train_logits_fn(state, state.params, attack_key)
     x_adv = random_start_pgd(
         logits_fn, x, batch.labels, eps, key=start_key, steps=steps, step_size=step_fraction * eps
@@ -208,6 +215,7 @@ def fgsm_rs_train_step(
     step_fraction: float = 1.25,
     adv_mix: bool = False,
     use_augment: bool = True,
+    augment_pad: int = 4,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One AdamW step on the FGSM-with-random-start batch (Wong, Rice & Kolter, ICLR 2020).
 
@@ -224,6 +232,7 @@ def fgsm_rs_train_step(
         step_fraction=step_fraction,
         adv_mix=adv_mix,
         use_augment=use_augment,
+        augment_pad=augment_pad,
     )
 
 
@@ -277,6 +286,7 @@ def trades_train_step(
     step_fraction: float = 0.25,
     beta: float = 6.0,
     use_augment: bool = True,
+    augment_pad: int = 4,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One AdamW step on CE(f(x), y) + beta * KL(f(x) || f(x_adv)) (Zhang et al., 2019).
 
@@ -287,7 +297,7 @@ def trades_train_step(
     pass). Metrics: loss, clean `accuracy`, `adv_accuracy` and the mean `kl`.
     """
     aug_key, dropout_key, start_key, adv_dropout_key = jax.random.split(key, 4)
-    x = _prepare(batch, aug_key, use_augment)
+    x = _prepare(batch, aug_key, use_augment, augment_pad)
     variables = {"params": state.params, "batch_stats": state.batch_stats}
     eval_fn = lambda z: state.apply_fn(variables, z, train=False)  # noqa: E731
     x_adv = trades_examples(

@@ -49,6 +49,7 @@ def train_config(config: StudyConfig, spec: ModelSpec) -> TrainConfig:
         dropout_rate=config.dropout_rate if spec.dropout_rate is None else spec.dropout_rate,
         adv_eps=config.train_eps,
         seed=config.seed if spec.seed is None else spec.seed,
+        augment_pad=4 if spec.augment_pad is None else spec.augment_pad,
     )
 
 

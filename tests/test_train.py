@@ -109,6 +109,8 @@ def test_train_step_is_deterministic(mode, fixed_batch, train_steps, initial_sta
         (dict(adv_eps=math.nan), "eps"),
         (dict(learning_rate=0.0), "learning_rate"),
         (dict(weight_decay=-1e-4), "weight_decay"),
+        (dict(augment_pad=-1), "augment_pad"),
+        (dict(augment_pad=2.0), "augment_pad"),
     ],
 )
 def test_train_config_rejects_bad_values(overrides, fragment):
@@ -313,3 +315,20 @@ def test_fit_with_the_same_seed_gives_bit_identical_weights_and_history(mode):
         chex.assert_trees_all_equal(
             jax.device_get(first.state.params), jax.device_get(other.state.params)
         )
+
+
+def test_augment_pad_zero_only_flips():
+    """With augment_pad=0 the step's augmentation is the random flip alone: every augmented
+    image equals its original or its left-right mirror (the crop is the identity)."""
+    from advjax.augment import augment, to_float
+    from advjax.train_steps import _prepare
+
+    images = np.random.default_rng(0).integers(0, 256, (16, 8, 8, 3), dtype=np.uint8)
+    batch = Batch(images, np.zeros(16, np.int32))
+    x = np.asarray(to_float(images))
+    out = np.asarray(_prepare(batch, jax.random.key(3), True, 0))
+    same = np.all(out == x, axis=(1, 2, 3))
+    mirrored = np.all(out == x[:, :, ::-1], axis=(1, 2, 3))
+    assert np.all(same | mirrored) and same.any() and mirrored.any()
+    padded = np.asarray(augment(jax.random.key(3), jnp.asarray(x), pad=4))
+    assert not np.all(padded == out)  # the default pad does crop
