@@ -17,10 +17,10 @@ import numpy as np
 
 from advjax.text.mt_metrics import PairScore, score_pair, summarize
 from advjax.text.mt_vocab import pad_batch
-from advjax.text.seq2seq import LSTMSeq2Seq
 from advjax.text.seq2seq_attack import SETTINGS, knn_table, one_word_attacks
+from advjax.text.seq2seq_attack import model_logits_fn as attack_logits_fn
 from advjax.text.seq2seq_perturb import changed_positions, perturbed_words, word_mask
-from advjax.text.seq2seq_train import translate
+from advjax.text.seq2seq_train import build_model, translate
 from experiments.seq2seq_models import Loaded
 
 RECORD_STATUSES = ("success", "failed", "no_candidate", "invalid")
@@ -28,15 +28,7 @@ RECORD_STATUSES = ("success", "failed", "no_candidate", "invalid")
 
 def model_logits_fn(model: Loaded):
     """The model's (src_emb, src_mask, tgt_in) -> teacher-forced logits, for the attacks."""
-    module = LSTMSeq2Seq(model.config)
-    params = model.params
-
-    def logits_fn(emb, src_mask, tgt_in):
-        return module.apply(
-            {"params": params}, emb, src_mask, tgt_in, method=LSTMSeq2Seq.logits_from_embeddings
-        )
-
-    return logits_fn
+    return attack_logits_fn(build_model(model.config), model.params)
 
 
 def make_attack_fn(model: Loaded, *, settings: tuple[str, ...], top_k: int, knn: np.ndarray | None):

@@ -2,7 +2,9 @@
 
 A model folder holds params.msgpack, vocab.json (source and target token lists, BPE
 merges if any), config.json and history.jsonl, all written atomically; a folder whose
-config.json matches the requested config is reused instead of retrained.
+config.json matches the requested config is reused instead of retrained. The stored spec
+(`stored_spec`) leaves out the fields the architecture does not use, so LSTM folders
+written before the Transformer existed still match.
 """
 
 import dataclasses
@@ -25,13 +27,23 @@ from advjax.text.mt_metrics import chrf
 from advjax.text.mt_vocab import Vocab, build_vocab
 from advjax.text.multi30k import Parallel, load_parallel
 from advjax.text.seq2seq import LSTMConfig
-from advjax.text.seq2seq_train import TrainConfig, create_train_state, fit, translate
+from advjax.text.seq2seq_train import ModelConfig, TrainConfig, create_train_state, fit, translate
+from advjax.text.transformer import TransformerConfig
+
+ARCHS = ("lstm", "transformer")
+_TRANSFORMER_ONLY = ("arch", "num_heads", "num_layers", "ff_dim")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelSpec:
-    """One translation model: language pair, vocabulary kind and sizes."""
+    """One translation model: architecture, language pair, vocabulary kind and sizes.
 
+    `embed_dim` is the Transformer's model dimension; `hidden_dim` is used by the LSTM
+    only, `num_heads`, `num_layers` (encoder and decoder each) and `ff_dim` by the
+    Transformer only.
+    """
+
+    arch: str = "lstm"  # "lstm" or "transformer"
     src_lang: str = "fr"
     tgt_lang: str = "en"
     unit: str = "word"  # "word" or "bpe"
@@ -41,18 +53,48 @@ class ModelSpec:
     embed_dim: int = 256
     hidden_dim: int = 256
     dropout_rate: float = 0.2
+    num_heads: int = 4
+    num_layers: int = 3
+    ff_dim: int = 1024
     train: TrainConfig = TrainConfig()
+
+    def __post_init__(self):
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch={self.arch!r} must be one of {ARCHS}")
 
     @property
     def name(self) -> str:
-        return f"lstm_{self.unit}_{self.src_lang}-{self.tgt_lang}"
+        return f"{self.arch}_{self.unit}_{self.src_lang}-{self.tgt_lang}"
+
+
+def stored_spec(spec: ModelSpec) -> dict:
+    """The spec as written to (and matched against) config.json: JSON types, without the
+    fields its architecture ignores (an LSTM spec keeps exactly its pre-Transformer keys)."""
+    out = json.loads(json.dumps(dataclasses.asdict(spec)))
+    unused = _TRANSFORMER_ONLY if spec.arch == "lstm" else ("hidden_dim",)
+    return {k: v for k, v in out.items() if k not in unused}
+
+
+def model_config(spec: ModelSpec, src_vocab: int, tgt_vocab: int) -> ModelConfig:
+    """The model config of `spec` for the given vocabulary sizes."""
+    if spec.arch == "transformer":
+        return TransformerConfig(
+            src_vocab=src_vocab, tgt_vocab=tgt_vocab, model_dim=spec.embed_dim,
+            num_heads=spec.num_heads, num_encoder_layers=spec.num_layers,
+            num_decoder_layers=spec.num_layers, ff_dim=spec.ff_dim,
+            dropout_rate=spec.dropout_rate, max_len=max(128, spec.train.max_len),
+        )  # fmt: skip
+    return LSTMConfig(
+        src_vocab=src_vocab, tgt_vocab=tgt_vocab, embed_dim=spec.embed_dim,
+        hidden_dim=spec.hidden_dim, dropout_rate=spec.dropout_rate,
+    )  # fmt: skip
 
 
 class Loaded(NamedTuple):
     """A trained model and everything needed to use it."""
 
     spec: ModelSpec
-    config: LSTMConfig
+    config: ModelConfig
     params: Any
     src_vocab: Vocab
     tgt_vocab: Vocab
@@ -100,7 +142,7 @@ def to_words(spec: ModelSpec, pieces: list[str]) -> list[str]:
 def train_or_load(spec: ModelSpec, text_dir, workdir: Path, *, log=print) -> Loaded:
     """Train the model described by `spec` into workdir/<name>/, or reload it if present."""
     folder = Path(workdir) / spec.name
-    spec_json = json.loads(json.dumps(dataclasses.asdict(spec)))
+    spec_json = stored_spec(spec)
     train = load_parallel(text_dir, "train", spec.src_lang, spec.tgt_lang)
     n = spec.train_size or len(train.src)
     src_tok, tgt_tok = train.src[:n], train.tgt[:n]
@@ -113,10 +155,7 @@ def train_or_load(spec: ModelSpec, text_dir, workdir: Path, *, log=print) -> Loa
     src_units, tgt_units = units(spec, src_tok, src_bpe), units(spec, tgt_tok, tgt_bpe)
     src_vocab = build_vocab(src_units, min_count=spec.min_count)
     tgt_vocab = build_vocab(tgt_units, min_count=spec.min_count)
-    config = LSTMConfig(
-        src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), embed_dim=spec.embed_dim,
-        hidden_dim=spec.hidden_dim, dropout_rate=spec.dropout_rate,
-    )  # fmt: skip
+    config = model_config(spec, len(src_vocab), len(tgt_vocab))
     done = folder / "config.json"
     if done.exists() and json.loads(done.read_text())["spec"] == spec_json:
         template = create_train_state(jax.random.key(0), config, spec.train).params
@@ -149,19 +188,33 @@ def train_or_load(spec: ModelSpec, text_dir, workdir: Path, *, log=print) -> Loa
     return Loaded(spec, config, state.params, src_vocab, tgt_vocab, src_bpe, tgt_bpe, history)
 
 
-def evaluate_translation(model: Loaded, data: Parallel, *, limit: int | None = None) -> dict:
-    """Greedy translations of a split and their corpus BLEU and chrF (tokenised, lowercased).
+def evaluate_translation(
+    model: Loaded,
+    data: Parallel,
+    *,
+    limit: int | None = None,
+    beam_size: int | None = None,
+    alpha: float = 0.6,
+) -> dict:
+    """Translations of a split and their corpus BLEU and chrF (tokenised, lowercased):
+    greedy by default, beam search of width `beam_size` (length exponent `alpha`, see
+    `advjax.text.beam`) when given.
 
-    Returns {"bleu", "chrf", "n", "hypotheses", "references"} with space-joined sentences.
+    Returns {"bleu", "chrf", "n", "hypotheses", "references", "mean_sentence_chrf",
+    "decoding"} with space-joined sentences.
     """
     import sacrebleu
 
     src = data.src[:limit] if limit else data.src
     refs = [" ".join(t) for t in (data.tgt[:limit] if limit else data.tgt)]
     ids = [model.src_vocab.encode(s) for s in units(model.spec, src, model.src_bpe)]
-    outs = translate(model.config, model.params, ids, max_len=model.spec.train.max_len)
+    outs = translate(
+        model.config, model.params, ids, max_len=model.spec.train.max_len,
+        beam_size=beam_size, alpha=alpha,
+    )  # fmt: skip
     hyps = [" ".join(to_words(model.spec, model.tgt_vocab.decode(o))) for o in outs]
     bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True).score
     corpus_chrf = sacrebleu.corpus_chrf(hyps, [refs]).score
     return {"bleu": bleu, "chrf": corpus_chrf, "n": len(hyps), "hypotheses": hyps,
-            "references": refs, "mean_sentence_chrf": float(np.mean([chrf(h, r) for h, r in zip(hyps, refs)]))}  # fmt: skip
+            "references": refs, "mean_sentence_chrf": float(np.mean([chrf(h, r) for h, r in zip(hyps, refs)])),
+            "decoding": "greedy" if beam_size is None else {"beam_size": beam_size, "alpha": alpha}}  # fmt: skip

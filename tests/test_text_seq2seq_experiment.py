@@ -45,3 +45,24 @@ def test_quick_profile_end_to_end(tmp_path):
     assert "| charswap |" in table and "BLEU" in table
     (model,) = results["models"].values()
     assert model["attacks"]["knn"]["chrf"]["n"] == 10
+
+
+def test_lstm_specs_keep_their_pre_transformer_names_and_stored_keys():
+    """Old LSTM model folders stay reusable: same name, same stored-spec keys; a Transformer
+    spec gets its own name and stores its own sizes (and not the LSTM-only hidden_dim)."""
+    from advjax.text.transformer import TransformerConfig
+    from experiments.seq2seq_models import ModelSpec, model_config, stored_spec
+
+    lstm = ModelSpec()
+    assert lstm.name == "lstm_word_fr-en"
+    assert set(stored_spec(lstm)) == {
+        "src_lang", "tgt_lang", "unit", "min_count", "bpe_merges", "train_size",
+        "embed_dim", "hidden_dim", "dropout_rate", "train",
+    }  # fmt: skip
+    tr = ModelSpec(arch="transformer", src_lang="de", dropout_rate=0.1)
+    assert tr.name == "transformer_word_de-en"
+    assert stored_spec(tr)["arch"] == "transformer" and "hidden_dim" not in stored_spec(tr)
+    config = model_config(tr, 100, 90)
+    assert isinstance(config, TransformerConfig) and config.num_decoder_layers == 3
+    with pytest.raises(ValueError, match="arch='gru'"):
+        ModelSpec(arch="gru")

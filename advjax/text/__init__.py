@@ -10,6 +10,7 @@ TEXT_DIR_ENV = "ADVJAX_TEXT_DIR"
 # `advjax.text.score` (the scorer CLI, `python -m advjax.text.score`) is not imported here,
 # so that running it as a module does not import it twice.
 from advjax.text import (  # noqa: E402
+    beam,
     bpe,
     char_attacks,
     charswap,
@@ -21,11 +22,13 @@ from advjax.text import (  # noqa: E402
     seq2seq_bpe_attack,
     sst2,
     textfooler,
+    transformer,
     validity,
 )
 
 __all__ = [
     "TEXT_DIR_ENV",
+    "beam",
     "bpe",
     "char_attacks",
     "charswap",
@@ -37,5 +40,6 @@ __all__ = [
     "seq2seq_bpe_attack",
     "sst2",
     "textfooler",
+    "transformer",
     "validity",
 ]

@@ -5,7 +5,7 @@ Bidirectional LSTM encoder, LSTM decoder started from the projected mean encoder
 tanh(W [h; context]) -> vocabulary logits. The model is split so that attacks can work
 on source *embeddings*: `embed_src` maps ids to vectors and `logits_from_embeddings`
 maps (source vectors, source mask, target input ids) to logits under teacher forcing.
-Greedy decoding runs as one `lax.scan`. No I/O.
+Greedy decoding runs as one `lax.scan`; `next_logits` serves beam search. No I/O.
 """
 
 import dataclasses
@@ -129,6 +129,15 @@ class LSTMSeq2Seq(nn.Module):
         """Teacher-forced logits (B, T, V) from source ids (PAD = 0) and target input ids."""
         return self.logits_from_embeddings(self.embed_src(src), src != PAD, tgt_in, train=train)
 
+    def next_logits(self, memory, src_mask: Array, tgt_in: Array, t: ArrayLike) -> Array:
+        """Logits (B, V) of the token after position `t` of `tgt_in`, given `memory` =
+        `encode(...)`; the decoder re-reads the whole prefix (used by beam search)."""
+        enc, carry = memory
+        y = self.tgt_embed(tgt_in)
+        _, h = lstm_scan(self.dec, y, jnp.ones(tgt_in.shape, bool), carry)
+        h_t = jax.lax.dynamic_slice_in_dim(h, t, 1, axis=1)
+        return self._attend(h_t, enc, src_mask, train=False)[:, 0]
+
     def greedy(self, src_emb: Array, src_mask: Array, max_len: int) -> Array:
         """Greedy decoding: (B, max_len) output ids, PAD after the first <eos>."""
         enc, carry = self.encode(src_emb, src_mask)
@@ -147,8 +156,9 @@ class LSTMSeq2Seq(nn.Module):
         return tokens.T
 
 
-def greedy_decode(model: LSTMSeq2Seq, params, src: ArrayLike, *, max_len: int) -> Array:
-    """Greedy translations (B, max_len) of (B, S) source ids; see `LSTMSeq2Seq.greedy`."""
+def greedy_decode(model: nn.Module, params, src: ArrayLike, *, max_len: int) -> Array:
+    """Greedy translations (B, max_len) of (B, S) source ids with any model exposing
+    `embed_src` and `greedy` (`LSTMSeq2Seq`, `TransformerSeq2Seq`)."""
     src = jnp.asarray(src)
 
     def run(mdl):

@@ -10,7 +10,8 @@ forward/backward pass on x_adv gives the adversarial gradient. The step therefor
 about two clean steps (a little less for alpha = 1, where the clean pass needs no
 parameter gradient); it uses the NLL gradient (not the attack loss's) to
 rank candidates so that no third pass is needed, and does not re-score exactly: both
-are approximations made for cost, stated here and in the report.
+are approximations made for cost, stated here and in the report. Works for any model
+whose source embedding table is `params["src_embedding"]` (the LSTM and the Transformer).
 """
 
 from typing import Callable
@@ -19,7 +20,6 @@ import jax
 import jax.numpy as jnp
 
 from advjax.text.mt_vocab import PAD
-from advjax.text.seq2seq import LSTMSeq2Seq
 from advjax.text.seq2seq_attack import SETTINGS, candidate_scores, first_order_scores
 from advjax.text.seq2seq_train import TrainState, token_nll
 from advjax.types import Array, ArrayLike
@@ -64,7 +64,7 @@ def make_adv_train_step(
         def nll(params, emb, dropout_key):
             logits = state.apply_fn(
                 {"params": params}, emb, mask, tgt_in, train=True, rngs={"dropout": dropout_key},
-                method=LSTMSeq2Seq.logits_from_embeddings,
+                method="logits_from_embeddings",
             )  # fmt: skip
             total, count = token_nll(logits, tgt_out)
             return total / jnp.maximum(count, 1)

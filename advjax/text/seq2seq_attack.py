@@ -17,7 +17,8 @@ re-scored exactly (one batched forward pass) and the best is returned. Settings:
   surface string is made by `advjax.text.charswap` outside this module.
 
 Attacks take `logits_fn(src_emb, src_mask, tgt_in) -> logits`, so any model that maps
-source embeddings to teacher-forced logits works. Pure and jittable; no I/O.
+source embeddings to teacher-forced logits works (`model_logits_fn` builds it for the
+LSTM and the Transformer, whose table is `params["src_embedding"]`). Pure and jittable; no I/O.
 """
 
 from typing import Callable, NamedTuple
@@ -30,6 +31,18 @@ from advjax.types import Array, ArrayLike
 
 SETTINGS = ("unconstrained", "knn", "charswap")
 SeqLogitsFn = Callable[[Array, Array, Array], Array]
+
+
+def model_logits_fn(model, params) -> SeqLogitsFn:
+    """The attacks' `logits_fn` for a Flax seq2seq module (`LSTMSeq2Seq`,
+    `TransformerSeq2Seq`: anything with `logits_from_embeddings`) at `params`, no dropout."""
+
+    def logits_fn(src_emb: Array, src_mask: Array, tgt_in: Array) -> Array:
+        return model.apply(
+            {"params": params}, src_emb, src_mask, tgt_in, method="logits_from_embeddings"
+        )
+
+    return logits_fn
 
 
 def adversarial_loss(logits: ArrayLike, tgt_out: ArrayLike) -> Array:

@@ -4,6 +4,7 @@
 `adv_alpha` > 0 the step instead minimises (1 - alpha) * NLL(x) + alpha * NLL(x_adv) where
 x_adv is made on the fly by `advjax.text.seq2seq_attack` (adversarial training of Michel
 et al. 2019, Sec. 6). The loop takes a `log` callback and does no file I/O itself.
+Everything accepts an `LSTMConfig` or a `TransformerConfig`; `build_model` picks the class.
 """
 
 import dataclasses
@@ -11,15 +12,20 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax.training import train_state
 
+from advjax.text.beam import beam_decode
 from advjax.text.mt_vocab import EOS, PAD, batches, bucket_length, pad_batch
 from advjax.text.seq2seq import LSTMConfig, LSTMSeq2Seq, greedy_decode
+from advjax.text.transformer import TransformerConfig, TransformerSeq2Seq
 from advjax.types import Array
+
+ModelConfig = LSTMConfig | TransformerConfig
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,9 +50,22 @@ class TrainState(train_state.TrainState):
     """Flax train state (params, optimiser state, step)."""
 
 
-def create_train_state(key: Array, model_config: LSTMConfig, config: TrainConfig) -> TrainState:
+def build_model(model_config: ModelConfig) -> nn.Module:
+    """The Flax module a model config describes.
+
+    Raises:
+      TypeError: `model_config` is neither an `LSTMConfig` nor a `TransformerConfig`.
+    """
+    if isinstance(model_config, LSTMConfig):
+        return LSTMSeq2Seq(model_config)
+    if isinstance(model_config, TransformerConfig):
+        return TransformerSeq2Seq(model_config)
+    raise TypeError(f"unknown model config {type(model_config).__name__}: {model_config!r}")
+
+
+def create_train_state(key: Array, model_config: ModelConfig, config: TrainConfig) -> TrainState:
     """Initialise the model and an Adam optimiser with global-norm clipping."""
-    model = LSTMSeq2Seq(model_config)
+    model = build_model(model_config)
     src = jnp.full((2, 8), 4, jnp.int32)
     params = jax.jit(model.init)(key, src, src)["params"]
     tx = optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.adam(config.learning_rate))
@@ -81,7 +100,7 @@ def eval_step(state: TrainState, src: Array, tgt_in: Array, tgt_out: Array) -> t
 
 
 def fit(
-    model_config: LSTMConfig,
+    model_config: ModelConfig,
     config: TrainConfig,
     train: tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]],
     val: tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]],
@@ -130,15 +149,19 @@ def fit(
 
 
 def translate(
-    model_config: LSTMConfig,
+    model_config: ModelConfig,
     params,
     src: Sequence[Sequence[int]],
     *,
     batch_size: int = 128,
     max_len: int = 32,
+    beam_size: int | None = None,
+    alpha: float = 0.6,
 ) -> list[list[int]]:
-    """Greedy translations (output ids without <eos>) of every source id sequence, in order."""
-    decode = _decoder(model_config, max_len)
+    """Translations (output ids without <eos>) of every source id sequence, in order:
+    greedy by default, beam search (`advjax.text.beam`, length exponent `alpha`) when
+    `beam_size` is given."""
+    decode = _decoder(model_config, max_len, beam_size, alpha)
     order = sorted(range(len(src)), key=lambda i: len(src[i]))
     out: list[list[int]] = [[] for _ in src]
     for start in range(0, len(order), batch_size):
@@ -159,11 +182,17 @@ def translate(
 _DECODERS: dict = {}
 
 
-def _decoder(model_config: LSTMConfig, max_len: int):
-    key = (model_config, max_len)
+def _decoder(model_config: ModelConfig, max_len: int, beam_size: int | None, alpha: float):
+    key = (model_config, max_len, beam_size, alpha)
     if key not in _DECODERS:
-        model = LSTMSeq2Seq(model_config)
-        _DECODERS[key] = jax.jit(
-            lambda params, src: greedy_decode(model, params, src, max_len=max_len)
-        )
+        model = build_model(model_config)
+
+        def decode(params, src):
+            if beam_size is None:
+                return greedy_decode(model, params, src, max_len=max_len)
+            return beam_decode(
+                model, params, src, beam_size=beam_size, max_len=max_len, alpha=alpha
+            ).tokens
+
+        _DECODERS[key] = jax.jit(decode)
     return _DECODERS[key]
