@@ -75,19 +75,6 @@ FGSM_RS_FULL = ModelSpec(
 )
 """The better defense of the study: FGSM-RS on all 50,000 training images but the 3,000 of
 validation, with the sentinel and selection by validation PGD-10."""
-PGD_AT_FULL = ModelSpec(
-    "pgd_at_full",
-    "pgd",
-    47000,
-    15,
-    "PGD-7-AT, full split (47k, 15 ep, no dropout, PGD-selected)",
-    robust_selection=True,
-    full_split=True,
-    dropout_rate=0.0,
-)
-"""PGD adversarial training (Madry et al. 2018: 7 steps of eps/4 from a random start, on the
-adversarial batch only) on the full split, without dropout: at this capacity robust accuracy
-is capacity-limited, and dropout 0.5 cost clean accuracy without buying robustness."""
 SURROGATE = ModelSpec(
     "surrogate", "standard", 15000, 12, "Transfer surrogate (standard CNN, seed 4242)", seed=4242
 )
@@ -112,7 +99,6 @@ class StudyConfig:
         FGSM_MATCHED,
         FGSM_RS_MATCHED,
         FGSM_RS_FULL,
-        PGD_AT_FULL,
     )
     batch_size: int = 128
     learning_rate: float = 1e-3
