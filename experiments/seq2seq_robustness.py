@@ -1,10 +1,12 @@
 """Adversarial perturbations of translation models (Michel et al., NAACL 2019) on Multi30k.
 
     python -m experiments.seq2seq_robustness [--profile default|quick] [--text-dir DIR] [--out DIR]
-        [--src-langs fr de cs] [--units word bpe] [--models-dir DIR] [--n-attack N]
+        [--archs lstm transformer] [--src-langs fr de cs] [--units word bpe] [--models-dir DIR]
+        [--n-attack N]
 
-Trains (or reloads) LSTM-with-attention models for each language pair -> en and unit
-(word-level by default; `--units bpe` selects the subword model, attacked by
+Trains (or reloads) a model for each architecture, language pair -> en and unit
+(LSTM with attention by default, `--archs transformer` the Transformer of `Config.transformer`;
+word-level by default, `--units bpe` selects the subword model, attacked by
 `experiments.seq2seq_bpe_attacks`), reports clean BLEU / chrF on test_2016_flickr,
 attacks the first `n_attack` test sentences with the unconstrained, kNN and CharSwap
 one-word substitutions, and writes into the output folder (default results/seq2seq/,
@@ -28,7 +30,13 @@ from advjax.text.seq2seq_attack import SETTINGS
 from advjax.text.seq2seq_train import TrainConfig
 from experiments.seq2seq_attacks import attack_model, summarize_records
 from experiments.seq2seq_bpe_attacks import attack_bpe_model, training_word_vocab
-from experiments.seq2seq_models import ModelSpec, environment, evaluate_translation, train_or_load
+from experiments.seq2seq_models import (
+    ARCHS,
+    ModelSpec,
+    environment,
+    evaluate_translation,
+    train_or_load,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -36,6 +44,7 @@ class Config:
     """Every hyper-parameter of the study; profiles are small overrides of the default."""
 
     profile: str = "default"
+    archs: tuple[str, ...] = ("lstm",)  # "lstm" and/or "transformer"
     src_langs: tuple[str, ...] = ("fr",)
     units: tuple[str, ...] = ("word",)  # "word" and/or "bpe"
     test_split: str = "test_2016_flickr"
@@ -46,15 +55,35 @@ class Config:
     knn_k: int = 10
     attack_batch: int = 50
     model: ModelSpec = ModelSpec(train=TrainConfig(epochs=5, batch_size=128, learning_rate=2e-3))
+    # The spec the word-level fr-en Transformer in results/seq2seq/models was trained with.
+    transformer: ModelSpec = ModelSpec(
+        arch="transformer",
+        dropout_rate=0.1,
+        train=TrainConfig(epochs=5, batch_size=128, learning_rate=1e-3),
+    )
 
     def __post_init__(self):
         if self.n_attack < 1 or self.top_k < 1 or self.knn_k < 1 or self.attack_batch < 1:
             raise ValueError(f"bad study config: {self}")
         if not self.units or set(self.units) - {"word", "bpe"}:
             raise ValueError(f"units={self.units!r} must be a non-empty subset of ('word', 'bpe')")
+        if not self.archs or set(self.archs) - set(ARCHS):
+            raise ValueError(f"archs={self.archs!r} must be a non-empty subset of {ARCHS}")
+        if self.model.arch != "lstm" or self.transformer.arch != "transformer":
+            raise ValueError(
+                f"model.arch={self.model.arch!r} must be 'lstm' and "
+                f"transformer.arch={self.transformer.arch!r} must be 'transformer'"
+            )
         unknown = set(self.settings) - set(SETTINGS)
         if unknown:
             raise ValueError(f"unknown attack settings {sorted(unknown)}; choose from {SETTINGS}")
+
+    def spec(self, arch: str, src_lang: str, unit: str) -> ModelSpec:
+        """The model spec of one architecture, source language and unit."""
+        if arch not in ARCHS:
+            raise ValueError(f"arch={arch!r} must be one of {ARCHS}")
+        base = self.model if arch == "lstm" else self.transformer
+        return dataclasses.replace(base, src_lang=src_lang, unit=unit)
 
 
 def profile(name: str) -> Config:
@@ -66,9 +95,15 @@ def profile(name: str) -> Config:
             train_size=600, embed_dim=32, hidden_dim=32, dropout_rate=0.0, min_count=2,
             train=TrainConfig(epochs=1, batch_size=100, learning_rate=3e-3, max_len=16),
         )  # fmt: skip
+        quick_transformer = ModelSpec(
+            arch="transformer", train_size=600, embed_dim=32, num_heads=2, num_layers=1, ff_dim=64,
+            dropout_rate=0.0, min_count=2,
+            train=TrainConfig(epochs=1, batch_size=100, learning_rate=3e-3, max_len=16),
+        )  # fmt: skip
         return Config(
-            profile="quick", n_attack=10, n_clean=50, attack_batch=10, top_k=3, model=quick_model
-        )
+            profile="quick", n_attack=10, n_clean=50, attack_batch=10, top_k=3,
+            model=quick_model, transformer=quick_transformer,
+        )  # fmt: skip
     raise ValueError(f"profile={name!r} must be 'default' or 'quick'")
 
 
@@ -145,8 +180,9 @@ def run(config: Config, text_dir, out: Path, *, models_dir: Path | None = None, 
     models_dir = out / "models" if models_dir is None else Path(models_dir)
     results = {"config": json.loads(json.dumps(dataclasses.asdict(config))), "models": {}}
     all_records = []
-    for lang, unit in [(lang, unit) for lang in config.src_langs for unit in config.units]:
-        spec = dataclasses.replace(config.model, src_lang=lang, unit=unit)
+    cases = [(a, lang, u) for a in config.archs for lang in config.src_langs for u in config.units]
+    for arch, lang, unit in cases:
+        spec = config.spec(arch, lang, unit)
         model = train_or_load(spec, text_dir, models_dir, log=log)
         meta = json.loads((models_dir / spec.name / "config.json").read_text())
         test = load_parallel(text_dir, config.test_split, lang, spec.tgt_lang)
@@ -201,6 +237,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument(
         "--out", default=None, help="output folder (default results/seq2seq, quick: a temp folder)"
     )
+    p.add_argument("--archs", nargs="+", default=None, choices=list(ARCHS))
     p.add_argument("--src-langs", nargs="+", default=None, choices=["fr", "de", "cs"])
     p.add_argument("--units", nargs="+", default=None, choices=["word", "bpe"])
     p.add_argument("--models-dir", default=None, help="model folder (default OUT/models)")
@@ -208,6 +245,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     config = profile(args.profile)
     overrides = {
+        "archs": tuple(args.archs) if args.archs else None,
         "src_langs": tuple(args.src_langs) if args.src_langs else None,
         "units": tuple(args.units) if args.units else None,
         "n_attack": args.n_attack,
