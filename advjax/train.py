@@ -75,10 +75,9 @@ class TrainConfig:
     def __post_init__(self):
         if self.mode not in TRAINING_MODES:
             raise ValueError(f"mode={self.mode!r} must be one of {TRAINING_MODES}")
-        if isinstance(self.augment_pad, bool) or not isinstance(self.augment_pad, int):
-            raise ValueError(f"augment_pad={self.augment_pad!r} must be an integer >= 0")
-        if self.augment_pad < 0:
-            raise ValueError(f"augment_pad={self.augment_pad!r} must be an integer >= 0")
+        pad = self.augment_pad
+        if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
+            raise ValueError(f"augment_pad={pad!r} must be an integer >= 0")
         for name in ("epochs", "batch_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
