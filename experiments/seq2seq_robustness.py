@@ -122,8 +122,42 @@ def _table(rows: dict) -> str:
     return "\n".join(lines)
 
 
+_UNIT_LABEL = {"word": "word", "bpe": "BPE"}
+_ARCH_LABEL = {"lstm": "LSTM", "transformer": "Transformer"}
+
+
+def paper_tables(results: dict) -> list[str]:
+    """One table per language pair in the layout of Michel et al.'s Table 3: a column per
+    model (architecture x unit), rows clean chrF and, per attack, s_src / d_tgt / success
+    (chrF). Models of results from before the fields were stored are parsed from their name."""
+    by_lang: dict[str, list[tuple[str, dict]]] = {}
+    for name, m in results["models"].items():
+        arch, unit, pair = m.get("arch"), m.get("unit"), None
+        if arch is None:
+            arch, unit, pair = name.split("_")
+        lang = m.get("src_lang") or pair.split("-")[0]
+        by_lang.setdefault(lang, []).append((f"{_ARCH_LABEL[arch]} {_UNIT_LABEL[unit]}", m))
+    out = []
+    for lang, models in by_lang.items():
+        out += [f"### {lang}-en", "",
+                "| | " + " | ".join(label for label, _ in models) + " |",
+                "|---|" + "---|" * len(models),
+                "| clean chrF (BLEU) | " + " | ".join(
+                    f"{m['clean']['chrf']:.2f} ({m['clean']['bleu']:.2f})" for _, m in models) + " |"]  # fmt: skip
+        settings = [s for s in SETTINGS if all(s in m["attacks"] for _, m in models)]
+        for setting in settings:
+            cells = []
+            for _, m in models:
+                c = m["attacks"][setting]["chrf"]
+                cells.append(f"{c['s_src']:.1f} / {c['d_tgt']:.1f} / {100 * c['success']['value']:.1f} %")
+            out.append(f"| {setting}: s_src / d_tgt / success | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
 def write_tables(results: dict) -> str:
-    """tables.md text: clean scores and one attack table per model, built from results.json."""
+    """tables.md text: clean scores and one attack table per model, built from results.json,
+    then the per-language-pair summary of `paper_tables` when there is more than one model."""
     out = ["# Seq2seq robustness (Michel et al. 2019 framework) on Multi30k", "",
            f"Profile `{results['config']['profile']}`; test split `{results['config']['test_split']}`; "
            "scores on lowercased, tokenised text; s_src and d_tgt in percent; success = s_src + d_tgt > 1.", ""]  # fmt: skip
@@ -133,6 +167,9 @@ def write_tables(results: dict) -> str:
                 f"Clean test ({clean['n']} sentences): BLEU {clean['bleu']:.2f}, chrF {clean['chrf']:.2f}; "
                 f"training {m['train_seconds']:.0f} s ({len(m['history'])} epochs).", "",
                 _table(m["attacks"]), ""]  # fmt: skip
+    if len(results["models"]) > 1:
+        out += ["## Summary per language pair (chrF; s_src / d_tgt in percent, as in Michel et al.'s "
+                "Table 3)", ""] + paper_tables(results)  # fmt: skip
     return "\n".join(out) + "\n"
 
 
@@ -200,6 +237,7 @@ def run(config: Config, text_dir, out: Path, *, models_dir: Path | None = None, 
             records, seconds = attack_model(model, src, ref, **shared)
         all_records += records
         results["models"][spec.name] = {
+            "arch": arch, "src_lang": lang, "unit": unit,
             "clean": {k: clean[k] for k in ("bleu", "chrf", "n", "mean_sentence_chrf")},
             "history": model.history,
             "train_seconds": meta["train_seconds"],

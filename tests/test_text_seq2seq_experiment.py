@@ -66,3 +66,28 @@ def test_lstm_specs_keep_their_pre_transformer_names_and_stored_keys():
     assert isinstance(config, TransformerConfig) and config.num_decoder_layers == 3
     with pytest.raises(ValueError, match="arch='gru'"):
         ModelSpec(arch="gru")
+
+
+def test_paper_tables_put_each_model_of_a_language_pair_in_its_own_column():
+    from experiments.seq2seq_robustness import paper_tables
+
+    def model(arch, unit, lang, chrf, success):
+        attack = {"chrf": {"s_src": 90.0, "d_tgt": 10.0 * success, "success": {"value": success}}}
+        return {
+            "arch": arch, "unit": unit, "src_lang": lang,
+            "clean": {"chrf": chrf, "bleu": chrf - 20},
+            "attacks": {"unconstrained": attack, "knn": attack, "charswap": attack},
+        }  # fmt: skip
+
+    results = {"models": {
+        "lstm_word_fr-en": model("lstm", "word", "fr", 60.0, 0.5),
+        "transformer_bpe_fr-en": model("transformer", "bpe", "fr", 61.0, 0.25),
+        "lstm_word_de-en": model("lstm", "word", "de", 50.0, 0.75),
+    }}  # fmt: skip
+    lines = paper_tables(results)
+    fr = lines[lines.index("### fr-en") : lines.index("### de-en")]
+    assert fr[2] == "| | LSTM word | Transformer BPE |"
+    assert "| clean chrF (BLEU) | 60.00 (40.00) | 61.00 (41.00) |" in fr
+    assert "| knn: s_src / d_tgt / success | 90.0 / 5.0 / 50.0 % | 90.0 / 2.5 / 25.0 % |" in fr
+    de = lines[lines.index("### de-en") :]
+    assert de[2] == "| | LSTM word |" and "75.0 %" in de[-2]
