@@ -149,7 +149,9 @@ def paper_tables(results: dict) -> list[str]:
             cells = []
             for _, m in models:
                 c = m["attacks"][setting]["chrf"]
-                cells.append(f"{c['s_src']:.1f} / {c['d_tgt']:.1f} / {100 * c['success']['value']:.1f} %")
+                cells.append(
+                    f"{c['s_src']:.1f} / {c['d_tgt']:.1f} / {100 * c['success']['value']:.1f} %"
+                )
             out.append(f"| {setting}: s_src / d_tgt / success | " + " | ".join(cells) + " |")
         out.append("")
     return out
