@@ -6,6 +6,10 @@ stride-1 'SAME' convolution is itself a forward convolution with the spatially f
 in/out-transposed kernel, so a custom VJP expresses it that way. Max pooling is written as
 reshape + max, and its VJP as an elementwise first-maximum mask (no select-and-scatter, no
 tie-counting reduction).
+
+The weight gradient of a convolution reads its input transposed to [C, H, W, N]. XLA's CPU
+backend fuses the input's elementwise producer (batch norm + ReLU) into that transpose and
+runs the fusion untiled, several times slower than a plain transpose; `_as_buffer` stops it.
 """
 
 import jax
@@ -36,10 +40,24 @@ def _conv2d_same_fwd(x: Array, kernel: Array) -> tuple[Array, tuple[Array, Array
     return _conv_same(x, kernel), (x, kernel)
 
 
+def _as_buffer(x: Array) -> Array:
+    """x itself, passed through a conditional so that XLA keeps it in a buffer of its own.
+
+    Both branches return x (written differently: XLA replaces a conditional whose branches
+    are the same computation) and the predicate is read from x, so XLA can neither fold the
+    conditional nor fuse x's producer into x's consumers across it (an optimisation barrier
+    would do, but XLA's CPU pipeline drops those before fusion). Under vmap the conditional
+    becomes a select between two copies of x: the same value, unfused.
+    """
+    first = x.reshape(-1)[0]
+    return lax.cond(first == first, lambda t: t, lambda t: t * 1.0, x)
+
+
 def _conv2d_same_bwd(residuals: tuple[Array, Array], g: Array) -> tuple[Array, Array]:
     x, kernel = residuals
     flipped = jnp.flip(kernel, axis=(0, 1)).swapaxes(2, 3)
     dx = _conv_same(g, flipped)
+    x = _as_buffer(x)
     _, kernel_vjp = jax.vjp(lambda k: _conv_same(x, k), kernel)
     (dkernel,) = kernel_vjp(g)
     return dx, dkernel
