@@ -129,14 +129,11 @@ _ARCH_LABEL = {"lstm": "LSTM", "transformer": "Transformer"}
 def paper_tables(results: dict) -> list[str]:
     """One table per language pair in the layout of Michel et al.'s Table 3: a column per
     model (architecture x unit), rows clean chrF and, per attack, s_src / d_tgt / success
-    (chrF). Models of results from before the fields were stored are parsed from their name."""
+    (chrF)."""
     by_lang: dict[str, list[tuple[str, dict]]] = {}
-    for name, m in results["models"].items():
-        arch, unit, pair = m.get("arch"), m.get("unit"), None
-        if arch is None:
-            arch, unit, pair = name.split("_")
-        lang = m.get("src_lang") or pair.split("-")[0]
-        by_lang.setdefault(lang, []).append((f"{_ARCH_LABEL[arch]} {_UNIT_LABEL[unit]}", m))
+    for m in results["models"].values():
+        label = f"{_ARCH_LABEL[m['arch']]} {_UNIT_LABEL[m['unit']]}"
+        by_lang.setdefault(m["src_lang"], []).append((label, m))
     out = []
     for lang, models in by_lang.items():
         out += [f"### {lang}-en", "",
