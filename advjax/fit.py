@@ -66,6 +66,7 @@ def fit(
     name: str = "train",
     sentinel: SentinelConfig | None = None,
     mesh: Mesh | None = None,
+    init: dict | None = None,
 ) -> FitResult:
     """Train a CompactCNN per `config`; keep the epoch with the best validation accuracy.
 
@@ -85,6 +86,9 @@ def fit(
     gradients all-reduced by XLA; the same keys and batches as on one device, so the same
     training up to float summation order. `config.batch_size` must be a multiple of the
     device count. Validation and the sentinel run unsharded.
+
+    With `init` (`{"params": ..., "batch_stats": ...}` of a trained CompactCNN) training
+    fine-tunes those weights instead of a fresh initialisation, with a fresh optimiser.
     """
     n = len(train.labels)
     steps_per_epoch = n // config.batch_size
@@ -93,6 +97,8 @@ def fit(
     key = jax.random.key(config.seed)
     init_key, shuffle_key, step_key = jax.random.split(key, 3)
     state = create_train_state(init_key, config, config.epochs * steps_per_epoch)
+    if init is not None:
+        state = _with_weights(state, init)
     if mesh is None:
         train_step = make_train_step(config)
     else:
@@ -144,6 +150,23 @@ def fit(
     return FitResult(
         state.replace(params=params, batch_stats=batch_stats), history, best_epoch, best_acc
     )
+
+
+def _with_weights(state: TrainState, init: dict) -> TrainState:
+    """`state` with the params and batch statistics of `init`; raises on a structure mismatch."""
+    loaded = {}
+    for part in ("params", "batch_stats"):
+        fresh = getattr(state, part)
+        if part not in init:
+            raise ValueError(f"init has no {part!r}")
+        value = jax.tree.map(jnp.asarray, init[part])
+        if jax.tree.structure(value) != jax.tree.structure(fresh) or any(
+            a.shape != b.shape
+            for a, b in zip(jax.tree.leaves(value), jax.tree.leaves(fresh), strict=True)
+        ):
+            raise ValueError(f"init {part!r} does not match the model's structure or shapes")
+        loaded[part] = jax.tree.map(lambda a, b: a.astype(b.dtype), value, fresh)
+    return state.replace(**loaded)
 
 
 def _epoch_line(name: str, epoch: int, epochs: int, record: dict, val_metrics: dict) -> str:

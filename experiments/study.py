@@ -44,12 +44,13 @@ def train_config(config: StudyConfig, spec: ModelSpec) -> TrainConfig:
         mode=spec.mode,
         epochs=spec.epochs,
         batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
+        learning_rate=config.learning_rate if spec.learning_rate is None else spec.learning_rate,
         weight_decay=config.weight_decay,
         dropout_rate=config.dropout_rate if spec.dropout_rate is None else spec.dropout_rate,
         adv_eps=config.train_eps,
         seed=config.seed if spec.seed is None else spec.seed,
         augment_pad=4 if spec.augment_pad is None else spec.augment_pad,
+        adv_steps=spec.adv_steps,
     )
 
 
@@ -68,7 +69,11 @@ def model_train_indices(config: StudyConfig, spec: ModelSpec, data: Cifar10, spl
 
 
 def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log) -> Path:
-    """Train one model unless a checkpoint of this exact config exists; return its path."""
+    """Train one model unless a checkpoint of this exact config exists; return its path.
+
+    A fine-tuned model (`spec.init_from`) starts from its parent's checkpoint, trained
+    (or reused) first under the same rule.
+    """
     path = out / "checkpoints" / f"{spec.name}.msgpack"
     digest = config.model_digest(spec)
     if path.exists() and read_checkpoint(path)["metadata"].get("config_digest") == digest:
@@ -80,6 +85,11 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
     log(f"[train] {spec.name}: {spec.mode} on {len(idx):,} images, {spec.epochs} epochs")
     started = time.perf_counter()
     sentinel = SentinelConfig(select_by="val_pgd_accuracy") if spec.robust_selection else None
+    init = None
+    if spec.init_from is not None:
+        parent = train_phase(config, spec.init_from, data, splits, out, show_progress, log)
+        init = read_checkpoint(parent)["variables"]
+        log(f"[train] {spec.name}: starting from {parent}")
     result = fit(
         train_config(config, spec),
         train,
@@ -88,6 +98,7 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
         log=log,
         name=spec.name,
         sentinel=sentinel,
+        init=init,
     )
     seconds = time.perf_counter() - started
     variables = {"params": result.state.params, "batch_stats": result.state.batch_stats}

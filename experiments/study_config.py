@@ -24,13 +24,25 @@ class ModelSpec:
     full_split: bool = False  # draw from the whole training split minus validation
     dropout_rate: float | None = None  # None: the study's
     augment_pad: int | None = None  # random-crop padding; None: 4 (0: flip only)
+    init_from: "ModelSpec | None" = None  # fine-tune: start from this model's trained weights
+    learning_rate: float | None = None  # None: the study's
+    adv_steps: int | None = None  # None: the mode's default (advjax.train.ADV_DEFAULTS)
 
     def to_dict(self) -> dict:
         """Fields for hashing; the optional ones only when set (keeps older digests valid)."""
         d = dataclasses.asdict(self)
-        for optional in ("seed", "dropout_rate", "augment_pad"):
+        for optional in (
+            "seed",
+            "dropout_rate",
+            "augment_pad",
+            "init_from",
+            "learning_rate",
+            "adv_steps",
+        ):
             if d[optional] is None:
                 d.pop(optional)
+        if self.init_from is not None:
+            d["init_from"] = self.init_from.to_dict()
         for flag in ("robust_selection", "full_split"):
             if not d[flag]:
                 d.pop(flag)
@@ -87,6 +99,23 @@ FGSM_RS_FULL_NODROP = ModelSpec(
 )
 """FGSM-RS full split without dropout: with dropout 0.5 the 403k-parameter CNN underfits the
 adversarial training set (train adversarial accuracy 32 %, loss 1.79 after 15 epochs)."""
+PGD_FINETUNE_NODROP = ModelSpec(
+    "pgd_finetune_nodrop",
+    "pgd",
+    47000,
+    10,
+    "PGD-5-AT fine-tune of FGSM-RS no-dropout (47k, 10 ep, PGD-selected)",
+    robust_selection=True,
+    full_split=True,
+    dropout_rate=0.0,
+    init_from=FGSM_RS_FULL_NODROP,
+    learning_rate=5e-4,
+    adv_steps=5,
+)
+"""PGD adversarial training (Madry et al. 2018; 5 steps of eps/4 from a random start)
+started from the FGSM-RS no-dropout model's weights, at half the learning rate: FGSM-RS
+leaves a gap between PGD-20 and the targeted DLR attack (APGD-T) that multi-step training
+closes, and training PGD-AT from scratch learned too slowly on 2 cores."""
 SURROGATE = ModelSpec(
     "surrogate", "standard", 15000, 12, "Transfer surrogate (standard CNN, seed 4242)", seed=4242
 )
@@ -112,6 +141,7 @@ class StudyConfig:
         FGSM_RS_MATCHED,
         FGSM_RS_FULL,
         FGSM_RS_FULL_NODROP,
+        PGD_FINETUNE_NODROP,
     )
     batch_size: int = 128
     learning_rate: float = 1e-3

@@ -289,3 +289,87 @@ def test_strong_evaluation_and_attack_variants_run_on_a_study_and_write_checked_
     assert max(r.l2 for r in records) <= 0.5 + 1e-5
     assert len(records) == len(models) * 2 * 2 * len(results["data"]["eval_indices"])
     assert (tmp_path / "variants" / "tables.md").read_text().count("pgd_l2") >= 1
+
+
+def test_a_fine_tuned_model_is_retrained_when_its_parent_changes():
+    """The fine-tuned model's checkpoint digest covers its parent's training: changing the
+    parent's epochs changes it, an attack setting does not, and `--models` may name the
+    fine-tuned model alone."""
+    import dataclasses
+
+    from experiments.study_config import FGSM_RS_FULL_NODROP, PGD_FINETUNE_NODROP
+
+    config = profile("default")
+    child = PGD_FINETUNE_NODROP
+    assert child.init_from == FGSM_RS_FULL_NODROP and child in config.models
+    longer_parent = dataclasses.replace(
+        child, init_from=dataclasses.replace(FGSM_RS_FULL_NODROP, epochs=21)
+    )
+    assert config.model_digest(longer_parent) != config.model_digest(child)
+    assert dataclasses.replace(config, pgd_steps=50).model_digest(child) == config.model_digest(
+        child
+    )
+    alone = cifar_robustness.config_from_args(
+        cifar_robustness.parse_args(["--models", "pgd_finetune_nodrop"])
+    )
+    assert [m.name for m in alone.models] == ["pgd_finetune_nodrop"]
+
+
+def test_train_phase_trains_or_reuses_the_parent_and_fine_tunes_from_its_weights(
+    tmp_path, monkeypatch
+):
+    """A fine-tuned model's training starts from its parent's checkpoint, trained first when
+    missing and reused when present."""
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from advjax.data import Cifar10
+    from advjax.fit import FitResult
+    from advjax.train import TrainConfig, create_train_state
+    from experiments import study
+    from experiments.study_config import ModelSpec, StudyConfig
+
+    parent = ModelSpec("parent", "standard", 40, 1, "parent")
+    child = ModelSpec("child", "pgd", 40, 1, "child", init_from=parent, adv_steps=2)
+    config = StudyConfig(
+        profile="t",
+        train_size=40,
+        val_size=20,
+        eval_size=10,
+        models=(parent, child),
+        surrogate=None,
+    )
+    calls = []
+
+    def fake_fit(train_config, train, val, *, init=None, **_):
+        calls.append((train_config.mode, init))
+        seed = len(calls)
+        state = create_train_state(jax.random.key(seed), TrainConfig(), 1)
+        return FitResult(state, [], 1, 0.5)
+
+    monkeypatch.setattr(study, "fit", fake_fit)
+    rng = np.random.default_rng(0)
+    data = Cifar10(
+        rng.integers(0, 256, (100, 32, 32, 3), dtype=np.uint8),
+        np.tile(np.arange(10, dtype=np.int32), 10),
+        rng.integers(0, 256, (20, 32, 32, 3), dtype=np.uint8),
+        np.tile(np.arange(10, dtype=np.int32), 2),
+        tuple(str(i) for i in range(10)),
+        "synthetic",
+    )
+    splits = study.study_splits(
+        data.train_labels, data.test_labels, train_size=40, val_size=20, eval_size=10, seed=0
+    )
+    log = lambda _: None  # noqa: E731
+    study.train_phase(config, child, data, splits, tmp_path, False, log)
+    assert [mode for mode, _ in calls] == ["standard", "pgd"]
+    assert calls[0][1] is None
+    saved = study.read_checkpoint(tmp_path / "checkpoints" / "parent.msgpack")["variables"]
+    jax.tree.map(np.testing.assert_array_equal, calls[1][1], saved)
+    calls.clear()
+    study.train_phase(
+        config, dataclasses.replace(child, epochs=2), data, splits, tmp_path, False, log
+    )
+    assert [mode for mode, _ in calls] == ["pgd"]

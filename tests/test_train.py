@@ -332,3 +332,42 @@ def test_augment_pad_zero_only_flips():
     assert np.all(same | mirrored) and same.any() and mirrored.any()
     padded = np.asarray(augment(jax.random.key(3), jnp.asarray(x), pad=4))
     assert not np.all(padded == out)  # the default pad does crop
+
+
+def test_fit_from_init_at_a_vanishing_learning_rate_keeps_the_given_weights(trained_run):
+    """Fine-tuning starts from `init`, not a fresh initialisation: at a learning rate of
+    1e-12 one epoch leaves the trained weights as given."""
+    state, val = trained_run.result.state, trained_run.val
+    init = jax.device_get({"params": state.params, "batch_stats": state.batch_stats})
+    config = dataclasses.replace(
+        trained_run.config, epochs=1, learning_rate=1e-12, weight_decay=0.0
+    )
+    tuned = fit(
+        config,
+        Batch(val.images[:256], val.labels[:256]),
+        val,
+        show_progress=False,
+        log=lambda _: None,
+        init=init,
+    )
+    chex.assert_trees_all_close(
+        jax.device_get(tuned.state.params), init["params"], atol=1e-6, rtol=0
+    )
+    # Only the batch-norm running statistics move (they follow the batches, not the
+    # learning rate); a fresh initialisation would sit near chance (0.1).
+    assert abs(tuned.history[0]["val_accuracy"] - trained_run.result.best_val_accuracy) < 0.05
+
+
+def test_fit_rejects_init_weights_of_another_shape():
+    """Weights of another architecture are an error that names the mismatch, not a crash
+    deep inside the first step."""
+    config = TrainConfig(epochs=1, batch_size=16)
+    state = create_train_state(jax.random.key(0), config, total_steps=1)
+    params = jax.device_get(state.params)
+    bad = {"params": jax.tree.map(lambda a: np.zeros((*a.shape, 2)), params), "batch_stats": {}}
+    rng = np.random.default_rng(0)
+    data = Batch(rng.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8), np.zeros(16, np.int32))
+    with pytest.raises(ValueError, match="does not match"):
+        fit(config, data, data, show_progress=False, log=lambda _: None, init=bad)
+    with pytest.raises(ValueError, match="no 'batch_stats'"):
+        fit(config, data, data, show_progress=False, log=lambda _: None, init={"params": params})
