@@ -91,3 +91,28 @@ def test_paper_tables_put_each_model_of_a_language_pair_in_its_own_column():
     assert "| knn: s_src / d_tgt / success | 90.0 / 5.0 / 50.0 % | 90.0 / 2.5 / 25.0 % |" in fr
     de = lines[lines.index("### de-en") :]
     assert de[2] == "| | LSTM word |" and "75.0 %" in de[-2]
+
+
+def test_adv_training_table_names_the_protocol_and_its_baseline():
+    """The adversarial-training table says whether models were fine-tuned or trained from
+    scratch, and relates each run's epoch time to the matching NLL baseline."""
+    from experiments.seq2seq_adv_training import table
+
+    attacks = {s: {"d_tgt": 20.0, "success": {"value": 0.5}} for s in ("unconstrained", "charswap")}
+
+    def run(seconds):
+        return {"clean_bleu": 40.0, "clean_chrf": 60.0, "train_seconds_per_epoch": seconds,
+                "attacks": attacks}  # fmt: skip
+
+    common = {"base_model": "lstm_word_fr-en", "n_attack": 10, "train_size": 100,
+              "step_cost": {"charswap-0.5_ratio": 1.9}}  # fmt: skip
+    scratch = table({**common, "from_scratch_epochs": 5,
+                     "runs": {"base": run([100.0]), "charswap-0.5": run([190.0])}})  # fmt: skip
+    assert "trained from scratch for 5 epochs" in scratch
+    assert (
+        "| charswap-0.5 | 40.00 | 60.00 | 20.00 | 50.0 % | 20.00 | 50.0 % | 190 (1.90x) |"
+        in scratch
+    )
+    tuned = table({**common, "fine_tune_epochs": 1,
+                   "runs": {"base": run([]), "nll": run([100.0]), "charswap-0.5": run([150.0])}})  # fmt: skip
+    assert "fine-tuned 1 epoch(s)" in tuned and "| base |" in tuned and "150 (1.50x)" in tuned
