@@ -4,13 +4,17 @@ On the CPU, jaxlib 0.10 hands convolutions to YNNPACK by default. In a training 
 PGD loop those kernels ran on one thread each (the runtime overlaps independent ops on
 the two cores instead), and the backward convolutions were the slowest part of the step.
 Keeping convolutions on XLA's own multi-threaded (Eigen) kernels made the CIFAR training
-step ~1.4x and PGD-20 ~1.5x faster on a 2-core machine (`benchmarks/results/`).
+step ~1.4x and PGD-20 ~1.5x faster on a 2-core machine (`benchmarks/results/`). XLA's
+default CPU scheduler orders independent ops for concurrency; its memory-optimised order
+ran the training step 1.07-1.17x and FGSM adversarial training ~1.1x faster, with
+bit-identical parameters after 5 steps (same ops, another order; presumably less
+contention between the multi-threaded convolutions and the memory-bound fusions).
 
-The flag is added to `XLA_FLAGS` only when all of these hold: JAX has not started a backend
+A flag is added to `XLA_FLAGS` only when all of these hold: JAX has not started a backend
 yet (XLA reads the flags once), the user's `XLA_FLAGS` does not already set it, the jaxlib
 version is one it was measured on (an unknown flag aborts the process), and
 `ADVJAX_XLA_DEFAULTS` is not "0". It only concerns the CPU backend; on GPU it is inert.
-Results depend on it in the last float bits (another convolution kernel), so `applied()`
+Results depend on the first in the last float bits (another convolution kernel), so `applied()`
 is stored with every run's environment.
 """
 
@@ -18,7 +22,10 @@ import os
 import warnings
 from collections.abc import MutableMapping
 
-CPU_FLAGS: tuple[str, ...] = ("--xla_cpu_experimental_ynn_fusion_type=-individual_convolution",)
+CPU_FLAGS: tuple[str, ...] = (
+    "--xla_cpu_experimental_ynn_fusion_type=-individual_convolution",
+    "--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
+)
 MEASURED_JAXLIB: tuple[str, ...] = ("0.10.2",)
 OPT_OUT_VARIABLE = "ADVJAX_XLA_DEFAULTS"
 

@@ -35,6 +35,21 @@ def _top(results: dict) -> str:
     return max(next(iter(results["models"].values()))["attacks"]["pgd"], key=float)
 
 
+def train_time(results: dict, model: dict) -> str:
+    """The model's training seconds; a fine-tune adds its parents' ("own + parent = total")."""
+    own = model["training"]["seconds"]
+    parents, spec = [], model["spec"].get("init_from")
+    while spec:
+        parent = results["models"].get(spec["name"])
+        if parent is None:
+            return f"{own:.0f} + {spec['name']} (not in this run)"
+        parents.append(parent["training"]["seconds"])
+        spec = spec.get("init_from")
+    if not parents:
+        return f"{own:.0f}"
+    return " + ".join(f"{t:.0f}" for t in [own, *parents]) + f" = {own + sum(parents):.0f}"
+
+
 def strong_table(results: dict, strong: dict | None) -> str:
     """PGD-20 vs the ensemble per model at the largest eps, with the training time."""
     top = _top(results)
@@ -50,7 +65,7 @@ def strong_table(results: dict, strong: dict | None) -> str:
         over = f"{100 * (pgd['value'] - ens['value']):.1f}" if ens else "not run"
         rows.append(
             f"| {m['label']} | {m['training']['train_size']:,} x {m['spec']['epochs']} | "
-            f"{m['training']['seconds']:.0f} | {format_rate(m['clean_accuracy'])} | "
+            f"{train_time(results, m)} | {format_rate(m['clean_accuracy'])} | "
             f"{format_rate(pgd)} | {format_rate(ens) if ens else 'not run'} | {over} |"
         )
     members = ", ".join(s["name"] for s in strong["extra"]["members"]) if strong else "none"
@@ -58,7 +73,8 @@ def strong_table(results: dict, strong: dict | None) -> str:
         f"Ensemble members, in order, each on the cases still robust: {members} "
         f"(`experiments.strong_evaluation`; details in `strong_evaluation/tables.md`). "
         f"Reference FGSM-AT model: clean {REFERENCE_FGSM_AT[0]} %, PGD-20 {REFERENCE_FGSM_AT[1]} %; "
-        f"the aim: clean >= {TARGET[0]:g} % and ensemble robust >= {TARGET[1]:g} %."
+        f"the aim: clean >= {TARGET[0]:g} % and ensemble robust >= {TARGET[1]:g} %. "
+        f"A fine-tune's train time adds its parent's: own + parent = total."
     )
     return "\n".join(rows) + "\n\n" + note
 

@@ -25,8 +25,11 @@ def test_flags_added_when_absent():
 
 
 def test_user_setting_of_the_same_flag_wins():
-    """A flag the user already set (any value) is never added again."""
-    assert backend.flags_to_add(f"{FLAG_NAME}=individual_convolution", MEASURED) == ()
+    """A flag the user already set (any value) is never added again; the others still are."""
+    added = backend.flags_to_add(f"{FLAG_NAME}=individual_convolution", MEASURED)
+    assert added == backend.CPU_FLAGS[1:]
+    every = " ".join(f.split("=")[0] + "=x" for f in backend.CPU_FLAGS)
+    assert backend.flags_to_add(every, MEASURED) == ()
 
 
 def test_opt_out_and_unmeasured_jaxlib_add_nothing():
@@ -61,7 +64,7 @@ def _flags_in_fresh_process(extra_env: dict) -> str:
     jaxlib.__version__ not in backend.MEASURED_JAXLIB, reason="flag not measured on this jaxlib"
 )
 def test_importing_advjax_sets_the_flag_unless_opted_out():
-    """`import advjax` in a fresh process sets the flag; ADVJAX_XLA_DEFAULTS=0 keeps XLA_FLAGS."""
-    assert _flags_in_fresh_process({}) == FLAG
+    """`import advjax` in a fresh process sets the flags; ADVJAX_XLA_DEFAULTS=0 keeps XLA_FLAGS."""
+    assert _flags_in_fresh_process({}) == " ".join(backend.CPU_FLAGS)
     assert _flags_in_fresh_process({backend.OPT_OUT_VARIABLE: "0"}) == ""
     assert jax.default_backend()  # this process runs either way

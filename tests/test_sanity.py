@@ -124,6 +124,27 @@ def test_monotone_eps_fails_when_robust_accuracy_rises_with_eps():
     assert not check_monotone_eps([other_cases[0], pgd[-1]]).passed
 
 
+def test_monotone_eps_allows_a_declared_rise_for_one_attack_only():
+    """A transfer attack may rise by the declared slack between eps values, no more;
+    the white-box attacks in the same run keep the strict check."""
+
+    def monotone(run, **kwargs):
+        return {c.name: c.passed for c in run_checks(run, large_eps=None, **kwargs)}
+
+    rise = lambda k: aggregate_records(  # noqa: E731
+        cases("m", "transfer_pgd", 2 / 255, robust=10)
+        + cases("m", "transfer_pgd", 4 / 255, robust=10 + k)
+    )
+    name = "monotone_in_eps[m/transfer_pgd]"
+    assert not monotone(rise(1))[name]
+    assert monotone(rise(1), eps_rise_allowed={"transfer_pgd": 0.06})[name]
+    assert not monotone(rise(2), eps_rise_allowed={"transfer_pgd": 0.06})[name]
+    masked = aggregate_records(
+        cases("m", "pgd", 2 / 255, robust=10) + cases("m", "pgd", 4 / 255, robust=11)
+    )
+    assert not monotone(masked, eps_rise_allowed={"transfer_pgd": 0.06})["monotone_in_eps[m/pgd]"]
+
+
 def test_monotone_curve_fails_on_a_rising_curve():
     assert check_monotone_curve([0.8, 0.5, 0.5, 0.2], what="steps").passed
     bad = check_monotone_curve([0.8, 0.5, 0.6], what="restarts", where="m/pgd")

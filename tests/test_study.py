@@ -15,7 +15,7 @@ from experiments import attack_variants, cifar_robustness, replay, strong_evalua
 from experiments.report import tables_markdown
 from experiments.study import DEFAULT_POLICY
 from experiments.study_config import profile
-from experiments.tradeoff import tradeoff_figure
+from experiments.tradeoff import tradeoff_figure, train_time
 
 needs_data = pytest.mark.skipif(
     not os.environ.get("ADVJAX_DATA_DIR"), reason="ADVJAX_DATA_DIR not set"
@@ -373,3 +373,16 @@ def test_train_phase_trains_or_reuses_the_parent_and_fine_tunes_from_its_weights
         config, dataclasses.replace(child, epochs=2), data, splits, tmp_path, False, log
     )
     assert [mode for mode, _ in calls] == ["pgd"]
+
+
+def test_a_fine_tunes_train_time_adds_its_parents_and_names_a_missing_one():
+    def model(seconds, parent=None):
+        spec = {"name": "x"} | ({"init_from": parent} if parent else {})
+        return {"training": {"seconds": seconds}, "spec": spec}
+
+    grand = {"name": "a"}
+    parent = {"name": "b", "init_from": grand}
+    results = {"models": {"a": model(100.0), "b": model(20.0, grand)}}
+    assert train_time(results, results["models"]["a"]) == "100"
+    assert train_time(results, model(3.0, parent)) == "3 + 20 + 100 = 123"
+    assert train_time({"models": {}}, model(3.0, parent)) == "3 + b (not in this run)"
