@@ -107,6 +107,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--mode", default="standard", choices=("standard", "fgsm"))
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=8, help="timed steps after one untimed")
+    p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results"))
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.steps < 1:
@@ -120,9 +121,28 @@ def main(argv: list[str]) -> None:
         raise SystemExit(
             f"--batch={args.batch} must be a multiple of every device count, not {bad}"
         )
-    rows = [run_worker(c, args) for c in counts]
-    print(f"mode={args.mode}, {os.cpu_count()} CPU cores; simulated devices share them (see doc)")
-    print(table(rows, args.batch))
+    rows = []
+    for c in counts:
+        rows.append(run_worker(c, args))
+        print(f"[sharding] {c} device(s): {rows[-1]['images_per_s']:.0f} img/s", flush=True)
+    text = (
+        f"# Data-parallel train step on simulated CPU devices\n\n"
+        f"`{' '.join(['python', '-m', 'benchmarks.sharding', *argv])}` · mode {args.mode}, "
+        f"{args.steps} timed steps · {os.cpu_count()} CPU cores; the simulated devices share "
+        "them, so this checks agreement and overhead, not scaling (see the module doc).\n\n"
+        + table(rows, args.batch)
+        + "\n"
+    )
+    print(text)
+    from benchmarks.machine import describe_machine
+    from benchmarks.report import write_atomic
+
+    record = {"command": ["python", "-m", "benchmarks.sharding", *argv], "rows": rows}
+    write_atomic(
+        os.path.join(args.out, "sharding.json"),
+        json.dumps(record | {"machine": describe_machine(REPO)}, indent=2),
+    )
+    write_atomic(os.path.join(args.out, "sharding.md"), text)
 
 
 if __name__ == "__main__":

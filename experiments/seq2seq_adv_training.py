@@ -50,6 +50,20 @@ def parse_run(name: str) -> tuple[str | None, float]:
     return attack, float(alpha)
 
 
+PROTOCOL_KEYS = ("base_model", "fine_tune_epochs", "from_scratch_epochs", "n_attack", "train_size")
+"""What a finished run's numbers depend on besides its own objective."""
+
+
+def finished_runs(previous: dict | None, header: dict) -> dict:
+    """The runs of an earlier invocation (its results.json) that this one keeps: all of
+    them if the protocol (`PROTOCOL_KEYS`) is the same, else none. A run takes up to ~40 min
+    on 2 cores, so one invocation may train some objectives and a later one the rest.
+    """
+    if not previous or any(previous.get(k) != header.get(k) for k in PROTOCOL_KEYS):
+        return {}
+    return dict(previous.get("runs", {}))
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -69,6 +83,9 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help="train each objective from a fresh initialisation for the clean model's epochs "
         "(the paper's protocol; the clean model is the NLL run) into <out>/adv_training_scratch",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="redo runs already in <folder>/results.json"
     )
     args = p.parse_args(argv)
     text_dir = resolve_text_dir(args.text_dir)
@@ -104,8 +121,18 @@ def main(argv: list[str] | None = None) -> dict:
                "from_scratch_epochs": tune.epochs if args.from_scratch else None, "n_attack": args.n_attack,
                "train_size": n, "step_cost": step_cost(base, tune, train_ids, mask), "runs": {}}  # fmt: skip
     print(f"step cost (adversarial / NLL step): {results['step_cost']}", flush=True)
+    previous_path, records_path = folder / "results.json", folder / "records.jsonl"
+    previous = None
+    if not args.force and previous_path.exists() and records_path.exists():
+        previous = json.loads(previous_path.read_text())
+    results["runs"] = finished_runs(previous, results)
+    kept = {f"{spec.name}/{run}" for run in results["runs"]}
     records = []
-    for run in ["base", *runs]:
+    if kept:
+        with open(records_path) as f:
+            records = [r for r in map(json.loads, f) if r.get("model") in kept]
+        print(f"kept from {previous_path}: {sorted(results['runs'])}", flush=True)
+    for run in [r for r in ["base", *runs] if r not in results["runs"]]:
         start = time.perf_counter()
         if run == "base":
             params, history = base.params, base.history if args.from_scratch else []
@@ -139,12 +166,10 @@ def main(argv: list[str] | None = None) -> dict:
         r = results["runs"][run]
         print(f"{run}: BLEU {clean['bleu']:.2f} chrF {clean['chrf']:.2f} d_tgt uncon "
               f"{r['attacks']['unconstrained']['d_tgt']:.2f} charswap {r['attacks']['charswap']['d_tgt']:.2f}", flush=True)  # fmt: skip
-        atomic_write_json(
-            folder / "results.json", results
-        )  # after every run: partial results survive
-    atomic_write_text(
-        folder / "records.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    )
+        atomic_write_text(  # after every run, records first: an interrupted run loses only itself
+            records_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        )
+        atomic_write_json(previous_path, results)
     atomic_write_text(folder / "tables.md", table(results))
     atomic_write_json(folder / "run.json", {
         "command": "python -m experiments.seq2seq_adv_training " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -116,3 +116,15 @@ def test_adv_training_table_names_the_protocol_and_its_baseline():
     tuned = table({**common, "fine_tune_epochs": 1,
                    "runs": {"base": run([]), "nll": run([100.0]), "charswap-0.5": run([150.0])}})  # fmt: skip
     assert "fine-tuned 1 epoch(s)" in tuned and "| base |" in tuned and "150 (1.50x)" in tuned
+
+
+def test_adv_training_keeps_finished_runs_only_under_the_same_protocol():
+    """A later invocation keeps an earlier one's runs when every protocol field agrees, and
+    none when any differs (e.g. another attack sample size)."""
+    from experiments.seq2seq_adv_training import PROTOCOL_KEYS, finished_runs
+
+    header = {k: 1 for k in PROTOCOL_KEYS} | {"step_cost": {"x": 1.0}}
+    previous = header | {"step_cost": {"x": 2.0}, "runs": {"base": {}, "uncon-1.0": {"a": 1}}}
+    assert finished_runs(previous, header) == previous["runs"]
+    assert finished_runs(None, header) == {}
+    assert finished_runs(previous | {"n_attack": 2}, header) == {}
