@@ -23,6 +23,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from statistics import median
 
 import jax
 import jax.numpy as jnp
@@ -222,13 +223,15 @@ def table(results: dict) -> str:
     lines = [
         f"# Adversarial training of {results['base_model']} ({how}; attacks on {results['n_attack']} test sentences)", "",
         "Step cost relative to an NLL step (interleaved timing, same batches): "
-        + ", ".join(f"{k[:-6]} {v:.2f}x" for k, v in cost.items() if k.endswith("_ratio")) + ".", "",
+        + ", ".join(f"{k[:-6]} {v:.2f}x" for k, v in cost.items() if k.endswith("_ratio")) + ". "
+        "s / epoch: the median epoch's wall time when each model trained (a model trained in "
+        "another session ran under other load); the step cost is the like-for-like comparison.", "",
         f"| training | clean BLEU | clean chrF | d_tgt uncon. | success uncon. | d_tgt CharSwap | success CharSwap | s / epoch (x {baseline}) |",
         "|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for run, r in results["runs"].items():
         secs = r["train_seconds_per_epoch"]
-        cost = f"{secs[0]:.0f} ({secs[0] / nll[0]:.2f}x)" if secs else "-"
+        cost = f"{median(secs):.0f} ({median(secs) / median(nll):.2f}x)" if secs else "-"
         a, c = r["attacks"]["unconstrained"], r["attacks"]["charswap"]
         lines.append(
             f"| {run} | {r['clean_bleu']:.2f} | {r['clean_chrf']:.2f} | {a['d_tgt']:.2f} | "
