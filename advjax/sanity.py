@@ -57,7 +57,11 @@ def check_eps_zero(group: dict) -> Check:
     )
 
 
-def check_monotone_eps(groups: Sequence[dict], *, tol: float = 1e-12) -> Check:
+MONOTONE_TOL = 1e-12
+"""Rise allowed by the monotone checks: float rounding only."""
+
+
+def check_monotone_eps(groups: Sequence[dict], *, tol: float = MONOTONE_TOL) -> Check:
     """Robust accuracy does not increase with eps, for groups of one (model, attack).
 
     `tol` is the rise allowed between neighbouring eps values: ~0 for a white-box
@@ -274,8 +278,8 @@ def run_checks(
     for model, attack in pairs:
         members = [g for g in groups if (g["model"], g["attack"]) == (model, attack)]
         checks += [check_eps_zero(g) for g in members if g["eps"] == 0]
-        rise = (eps_rise_allowed or {}).get(attack)
-        checks.append(check_monotone_eps(members, **({"tol": rise} if rise else {})))
+        rise = (eps_rise_allowed or {}).get(attack, MONOTONE_TOL)
+        checks.append(check_monotone_eps(members, tol=rise))
         for g in members:
             for what in ("steps", "restarts"):
                 curve = g["budget_curves"][what]

@@ -94,14 +94,17 @@ def read_side(out: Path) -> dict:
     }
 
 
+def _seconds(t: float | None) -> str:
+    return f"{t:,.0f}" if t is not None else "not run"
+
+
 def _phase_rows(before: dict, after: dict) -> list[str]:
     b, a = before["timings_seconds"], after["timings_seconds"]
     rows = []
     for phase in [p for p in b if p in a] + [p for p in a if p not in b]:
         tb, ta = b.get(phase), a.get(phase)
         ratio = f"{tb / ta:.2f}x" if tb and ta else ""
-        cell = lambda t: f"{t:,.0f}" if t is not None else "not run"  # noqa: E731
-        rows.append(f"| {phase} | {cell(tb)} | {cell(ta)} | {ratio} |")
+        rows.append(f"| {phase} | {_seconds(tb)} | {_seconds(ta)} | {ratio} |")
     return rows
 
 

@@ -24,6 +24,9 @@ import subprocess
 import sys
 import time
 
+from benchmarks.machine import describe_machine
+from benchmarks.report import write_atomic
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -125,19 +128,17 @@ def main(argv: list[str]) -> None:
     for c in counts:
         rows.append(run_worker(c, args))
         print(f"[sharding] {c} device(s): {rows[-1]['images_per_s']:.0f} img/s", flush=True)
+    command = ["python", "-m", "benchmarks.sharding", *argv]
     text = (
         f"# Data-parallel train step on simulated CPU devices\n\n"
-        f"`{' '.join(['python', '-m', 'benchmarks.sharding', *argv])}` · mode {args.mode}, "
+        f"`{' '.join(command)}` · mode {args.mode}, "
         f"{args.steps} timed steps · {os.cpu_count()} CPU cores; the simulated devices share "
         "them, so this checks agreement and overhead, not scaling (see the module doc).\n\n"
         + table(rows, args.batch)
         + "\n"
     )
     print(text)
-    from benchmarks.machine import describe_machine
-    from benchmarks.report import write_atomic
-
-    record = {"command": ["python", "-m", "benchmarks.sharding", *argv], "rows": rows}
+    record = {"command": command, "rows": rows}
     write_atomic(
         os.path.join(args.out, "sharding.json"),
         json.dumps(record | {"machine": describe_machine(REPO)}, indent=2),
