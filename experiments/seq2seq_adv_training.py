@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     train = load_parallel(text_dir, "train", spec.src_lang, spec.tgt_lang)
     val = load_parallel(text_dir, "val", spec.src_lang, spec.tgt_lang)
     test = load_parallel(text_dir, config.test_split, spec.src_lang, spec.tgt_lang)
-    enc = lambda vocab, sents: [vocab.encode(s) for s in sents]  # noqa: E731
+    enc = lambda vocab, sents: [vocab.ids(s) for s in sents]  # noqa: E731
     n = args.train_size or len(train.src)
     train_ids = (
         enc(base.src_vocab, units(spec, train.src[:n], None)),
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict:
 def step_cost(base, tune, train_ids, mask, *, steps: int = 10) -> dict:
     """Seconds per step of the NLL step and of each adversarial step on the same batches,
     measured interleaved after compilation (robust to the machine's other load)."""
-    from advjax.text.mt_vocab import batches
+    from advjax.text.mt_batches import batches
     from advjax.text.seq2seq_train import create_train_state, train_step
 
     state = create_train_state(jax.random.key(0), base.config, tune).replace(params=base.params)

@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from advjax.text.mt_batches import pad_batch
 from advjax.text.mt_metrics import PairScore, score_pair, summarize
-from advjax.text.mt_vocab import pad_batch
 from advjax.text.seq2seq_attack import SETTINGS, knn_table, one_word_attacks
 from advjax.text.seq2seq_attack import model_logits_fn as attack_logits_fn
 from advjax.text.seq2seq_perturb import changed_positions, perturbed_words, word_mask
@@ -55,8 +55,8 @@ def check_constraint(
     if len(diff) != 1:
         return f"{len(diff)} words changed"
     old, new = src[diff[0]], adv[diff[0]]
-    if setting == "knn" and model.src_vocab.index(new) not in set(
-        knn[model.src_vocab.index(old)].tolist()
+    if setting == "knn" and model.src_vocab.id(new) not in set(
+        knn[model.src_vocab.id(old)].tolist()
     ):
         return f"{new!r} is not among the 10 nearest neighbours of {old!r}"
     if setting == "charswap" and new in model.src_vocab:
@@ -79,8 +79,8 @@ def attack_model(
     """Attack every case with each setting; return (records, seconds per setting)."""
     vocab, tvocab = model.src_vocab, model.tgt_vocab
     src_tokens = [s[:max_len] for s in src_tokens]
-    src_ids = [vocab.encode(s) for s in src_tokens]
-    tgt_ids = [tvocab.encode(t) for t in ref_tokens]
+    src_ids = [vocab.ids(s) for s in src_tokens]
+    tgt_ids = [tvocab.ids(t) for t in ref_tokens]
     knn = np.asarray(knn_table(model.params["src_embedding"], word_mask(vocab), k=knn_k))
     clean_out = translate(model.config, model.params, src_ids, max_len=max_len)
     clean_text = [" ".join(tvocab.decode(o)) for o in clean_out]
@@ -111,7 +111,7 @@ def attack_model(
                 src_tokens[i], int(res.position), int(res.replacement), vocab, setting=setting
             )
             adv_words.append(words)
-            adv_ids.append(vocab.encode(words))
+            adv_ids.append(vocab.ids(words))
         adv_out = translate(model.config, model.params, adv_ids, max_len=max_len)
         seconds[f"decode_{setting}"] = time.perf_counter() - start
         for i, res in enumerate(results):

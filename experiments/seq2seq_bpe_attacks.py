@@ -24,8 +24,8 @@ import numpy as np
 
 from advjax.text.bpe import BPE, merge_pieces
 from advjax.text.charswap import charswap_candidates
+from advjax.text.mt_batches import bucket_length, pad_batch
 from advjax.text.mt_metrics import score_pair
-from advjax.text.mt_vocab import PAD, UNK, Vocab, bucket_length, build_vocab, pad_batch
 from advjax.text.multi30k import load_parallel
 from advjax.text.seq2seq_attack import SETTINGS
 from advjax.text.seq2seq_bpe_attack import (
@@ -41,6 +41,7 @@ from advjax.text.seq2seq_bpe_attack import (
 )
 from advjax.text.seq2seq_perturb import changed_positions, substitute
 from advjax.text.seq2seq_train import translate
+from advjax.text.vocab import PAD, UNK, Vocab, build_vocab
 from advjax.types import ArrayLike
 from experiments.seq2seq_attacks import model_logits_fn, scores_dict
 from experiments.seq2seq_models import Loaded, ModelSpec
@@ -92,8 +93,8 @@ def attack_space(
 ) -> AttackSpace:
     """Candidate words (alphabetic vocabulary words without <unk> pieces) and the kNN table
     of every alphabetic word of `sentences`."""
-    words = [w for w in word_vocab.itos if w in word_vocab and w.isalpha()]
-    words = tuple(w for w in words if UNK not in pieces.encode(bpe.segment_word(w)))
+    words = [w for w in word_vocab.tokens if w in word_vocab and w.isalpha()]
+    words = tuple(w for w in words if UNK not in pieces.ids(bpe.segment_word(w)))
     table = piece_table(bpe, pieces, words)
     index = {w: i for i, w in enumerate(words)}
     queries = sorted({w for s in sentences for w in s if w.isalpha()})
@@ -126,7 +127,7 @@ def make_batch(
     n_var, width = shape
     knn_k = len(next(iter(space.neighbours.values()), (0,)))
     w = max_len
-    src = pad_batch([space.pieces.encode(space.bpe.segment(s)) for s in sentences], max_len)
+    src = pad_batch([space.pieces.ids(space.bpe.segment(s)) for s in sentences], max_len)
     starts, lengths = np.zeros((rows, w), np.int32), np.zeros((rows, w), np.int32)
     ok, self_index = np.zeros((rows, w), bool), np.full((rows, w), -1, np.int32)
     knn = np.zeros((rows, w, knn_k), np.int32)
@@ -202,7 +203,7 @@ def attack_bpe(
                     new = (variants[i][pos][choice] if setting == "charswap"
                            else space.words[choice])  # fmt: skip
                     words = substitute(sentences[i], pos, new)
-                    ids = space.pieces.encode(space.bpe.segment(words))
+                    ids = space.pieces.ids(space.bpe.segment(words))
                     cands.append(Candidate(r, setting, pos, new, float(t.score[r, j]), ids))
         rows = batch_size * top_k * len(settings)
         losses = _rescore(exact, embedding, cands, batch, rows=rows, max_len=max_len)
@@ -214,7 +215,7 @@ def attack_bpe(
         for r, i in enumerate(idx):
             for setting in settings:
                 if (r, setting) not in best:
-                    ids = space.pieces.encode(space.bpe.segment(sentences[i]))
+                    ids = space.pieces.ids(space.bpe.segment(sentences[i]))
                     c = float(clean[r])
                     out[setting].append(BpeAttack(-1, None, list(sentences[i]), ids, 0.0, c, c))
                     continue
@@ -261,7 +262,7 @@ def check_bpe_constraint(
         or new not in charswap_candidates(old, space.word_vocab.__contains__)
     ):
         return f"{new!r} is not an out-of-vocabulary CharSwap variant of {old!r}"
-    expected = space.pieces.encode(space.bpe.segment(adv))
+    expected = space.pieces.ids(space.bpe.segment(adv))
     if list(adv_ids) != expected or len(expected) > max_len:
         return "the model's ids differ from the BPE segmentation of the perturbed sentence"
     return None
@@ -285,12 +286,12 @@ def attack_bpe_model(
     if bpe is None or model.tgt_bpe is None:
         raise ValueError(f"{model.spec.name} is not a BPE model")
     sentences = [fit_words(bpe, s, max_len) for s in src_tokens]
-    tgt_ids = [tvocab.encode(model.tgt_bpe.segment(t)) for t in ref_tokens]
+    tgt_ids = [tvocab.ids(model.tgt_bpe.segment(t)) for t in ref_tokens]
     embedding = model.params["src_embedding"]
     space = attack_space(embedding, bpe, pieces, word_vocab, sentences, knn_k=knn_k)
     decode = lambda ids: [" ".join(merge_pieces(tvocab.decode(o))) for o in  # noqa: E731
                           translate(model.config, model.params, ids, max_len=max_len)]  # fmt: skip
-    clean_text = decode([pieces.encode(bpe.segment(s)) for s in sentences])
+    clean_text = decode([pieces.ids(bpe.segment(s)) for s in sentences])
     srcs, refs = [" ".join(s) for s in sentences], [" ".join(t) for t in ref_tokens]
     start = time.perf_counter()
     results = attack_bpe(

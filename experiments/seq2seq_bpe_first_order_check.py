@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax.io import atomic_write_json
-from advjax.text.mt_vocab import bucket_length, pad_batch
+from advjax.text.mt_batches import bucket_length, pad_batch
 from advjax.text.multi30k import load_parallel, resolve_text_dir
 from advjax.text.seq2seq_attack import loss_and_embedding_grad
 from advjax.text.seq2seq_bpe_attack import (
@@ -72,7 +72,7 @@ def check(model, word_vocab, src, tgt, *, top_k: int = 5, batch_size: int = 50, 
     fraction of sentences where it finds the brute-force best."""
     bpe, pieces = model.src_bpe, model.src_vocab
     sents = [fit_words(bpe, s, 32) for s in src]
-    tgt_ids = [model.tgt_vocab.encode(model.tgt_bpe.segment(t)) for t in tgt]
+    tgt_ids = [model.tgt_vocab.ids(model.tgt_bpe.segment(t)) for t in tgt]
     emb, fn = model.params["src_embedding"], model_logits_fn(model)
     space = attack_space(emb, bpe, pieces, word_vocab, sents)
     variants = [swap_variants(space, s) for s in sents]
@@ -98,7 +98,7 @@ def check(model, word_vocab, src, tgt, *, top_k: int = 5, batch_size: int = 50, 
                     news = ([space.words[j] for j in space.neighbours[word]]
                             if setting == "knn" else variants[i][pos])  # fmt: skip
                     for c, new in enumerate(news):
-                        ids = pieces.encode(bpe.segment(substitute(sents[i], pos, new)))
+                        ids = pieces.ids(bpe.segment(substitute(sents[i], pos, new)))
                         if len(ids) <= 32:
                             cands.append((surrogate[r, pos, c], mean_diff[r, pos, c], ids))
                 if not cands:

@@ -24,11 +24,11 @@ from flax import serialization
 from advjax.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from advjax.text.bpe import BPE, learn_bpe, merge_pieces, word_counts
 from advjax.text.mt_metrics import chrf
-from advjax.text.mt_vocab import Vocab, build_vocab
 from advjax.text.multi30k import Parallel, load_parallel
 from advjax.text.seq2seq import LSTMConfig
 from advjax.text.seq2seq_train import ModelConfig, TrainConfig, create_train_state, fit, translate
 from advjax.text.transformer import TransformerConfig
+from advjax.text.vocab import Vocab, build_vocab
 
 ARCHS = ("lstm", "transformer")
 _TRANSFORMER_ONLY = ("arch", "num_heads", "num_layers", "ff_dim")
@@ -164,7 +164,7 @@ def train_or_load(spec: ModelSpec, text_dir, workdir: Path, *, log=print) -> Loa
         log(f"{spec.name}: reusing the trained model in {folder}")
         return Loaded(spec, config, params, src_vocab, tgt_vocab, src_bpe, tgt_bpe, history)
     val = load_parallel(text_dir, "val", spec.src_lang, spec.tgt_lang)
-    enc = lambda vocab, sents: [vocab.encode(s) for s in sents]  # noqa: E731
+    enc = lambda vocab, sents: [vocab.ids(s) for s in sents]  # noqa: E731
     start = time.perf_counter()
     state, history = fit(
         config, spec.train,
@@ -175,7 +175,7 @@ def train_or_load(spec: ModelSpec, text_dir, workdir: Path, *, log=print) -> Loa
     )  # fmt: skip
     atomic_write_bytes(folder / "params.msgpack", serialization.to_bytes(state.params))
     atomic_write_json(folder / "vocab.json", {
-        "src": list(src_vocab.itos), "tgt": list(tgt_vocab.itos),
+        "src": list(src_vocab.tokens), "tgt": list(tgt_vocab.tokens),
         "src_bpe": [list(m) for m in src_bpe.merges] if src_bpe else None,
         "tgt_bpe": [list(m) for m in tgt_bpe.merges] if tgt_bpe else None,
     })  # fmt: skip
@@ -207,7 +207,7 @@ def evaluate_translation(
 
     src = data.src[:limit] if limit else data.src
     refs = [" ".join(t) for t in (data.tgt[:limit] if limit else data.tgt)]
-    ids = [model.src_vocab.encode(s) for s in units(model.spec, src, model.src_bpe)]
+    ids = [model.src_vocab.ids(s) for s in units(model.spec, src, model.src_bpe)]
     outs = translate(
         model.config, model.params, ids, max_len=model.spec.train.max_len,
         beam_size=beam_size, alpha=alpha,

@@ -29,7 +29,7 @@ from advjax.text.sst2 import (
 from advjax.text.text_records import TextCaseRecord, make_record
 from advjax.text.textfooler import STOPWORDS, textfooler, word_candidates
 from advjax.text.validity import ValidityRule, check_validity
-from advjax.text.vocab import Vocab, build_vocab
+from advjax.text.vocab import CLASSIFIER_SPECIALS, Vocab, build_vocab, tokenize
 from experiments.text_config import TextStudyConfig
 
 MODELS = ("standard", "augmented")
@@ -89,8 +89,12 @@ def train_models(
     idx = train_subset(config, len(data.train.sentences))
     sentences = [data.train.sentences[i] for i in idx]
     labels = np.asarray(data.train.labels)[idx]
-    vocab = build_vocab(sentences, min_count=config.classifier.min_count)
-    tokens = vocab.encode(sentences, max_len=config.classifier.max_len)
+    vocab = build_vocab(
+        map(tokenize, sentences),
+        specials=CLASSIFIER_SPECIALS,
+        min_count=config.classifier.min_count,
+    )
+    tokens = vocab.encode_texts(sentences, max_len=config.classifier.max_len)
     table = neighbor_table(vocab, data.neighbors, data.antonyms, stopwords=STOPWORDS)
     log(f"vocabulary {len(vocab):,} words; {int((table.counts > 0).sum()):,} with valid neighbours")
     root = jax.random.key(config.seed)
@@ -123,9 +127,9 @@ def clean_eval(model: TrainedText, vocab: Vocab, data: TextData, max_len: int) -
         ("advglue_sst2_dev", data.advglue),
         ("mr", data.mr),
     ):
-        pred = predict_logits(model.state, vocab.encode(split.sentences, max_len=max_len)).argmax(
-            -1
-        )
+        pred = predict_logits(
+            model.state, vocab.encode_texts(split.sentences, max_len=max_len)
+        ).argmax(-1)
         out[name] = rate(int((pred == np.asarray(split.labels)).sum()), len(split.labels))
     return out
 

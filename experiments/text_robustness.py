@@ -82,7 +82,8 @@ def run(config, out: Path, *, text_dir=None, show_progress=True, command="", pol
         m.name: rate(
             int(
                 (
-                    predict_logits(m.state, vocab.encode(sub, max_len=max_len)).argmax(-1) == labels
+                    predict_logits(m.state, vocab.encode_texts(sub, max_len=max_len)).argmax(-1)
+                    == labels
                 ).sum()
             ),
             len(cases),

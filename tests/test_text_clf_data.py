@@ -26,8 +26,21 @@ from advjax.text.sst2 import (
     load_sst2,
     resolve_text_dir,
 )
-from advjax.text.vocab import PAD, UNK, build_vocab, tokenize
+from advjax.text.vocab import (
+    CLASSIFIER_SPECIALS,
+    PAD,
+    TRANSLATION_SPECIALS,
+    UNK,
+    Vocab,
+    build_vocab,
+    tokenize,
+)
 from experiments.text_config import profile
+
+
+def clf_vocab(texts, **kwargs):
+    """The classifier's vocabulary of raw texts, as experiments/text_pipeline.py builds it."""
+    return build_vocab(map(tokenize, texts), specials=CLASSIFIER_SPECIALS, **kwargs)
 
 
 def write_tree(root, dev="sentence\tlabel\na good film \t1\na bad film \t0\n"):
@@ -80,12 +93,26 @@ def test_missing_and_corrupt_files_name_the_file(tmp_path):
 
 def test_tokenizer_and_vocab():
     assert tokenize("A  Good\u200bfilm .") == ["a", "good\u200bfilm", "."]
-    vocab = build_vocab(["a good film", "a bad film", "a film"], min_count=2)
-    assert vocab.words == ("<pad>", "<unk>", "a", "film")
-    ids = vocab.encode(["a good film", "film"], max_len=4)
+    vocab = clf_vocab(["a good film", "a bad film", "a film"], min_count=2)
+    assert vocab.tokens == ("<pad>", "<unk>", "a", "film")
+    ids = vocab.encode_texts(["a good film", "film"], max_len=4)
     np.testing.assert_array_equal(ids, [[2, UNK, 3, PAD], [3, PAD, PAD, PAD]])
     with pytest.raises(ValueError, match="min_count"):
         build_vocab([], min_count=0)
+
+
+def test_both_vocab_layouts_share_pad_and_unk_and_reject_a_wrong_prefix():
+    """Classifier and translation ids agree on PAD = 0 and UNK = 1, so padding masks and
+    unknown words mean the same in both; a token list not led by its specials is refused."""
+    for specials in (CLASSIFIER_SPECIALS, TRANSLATION_SPECIALS):
+        vocab = build_vocab([["film", "a", "film"]], specials=specials)
+        assert vocab.tokens[PAD] == "<pad>" and vocab.tokens[UNK] == "<unk>"
+        assert vocab.tokens[len(specials) :] == ("film", "a") and vocab.id("plot") == UNK
+        assert not any(s in vocab for s in specials)
+        with pytest.raises(ValueError, match="start with"):
+            Vocab(("film", *specials), specials)
+    with pytest.raises(ValueError, match="start with"):
+        Vocab(CLASSIFIER_SPECIALS + ("film",))  # translation layout by default
 
 
 def test_unknown_attack_and_bad_budgets_in_config_raise():
@@ -100,7 +127,7 @@ def test_unknown_attack_and_bad_budgets_in_config_raise():
 
 
 def test_augmentation_replaces_only_with_table_entries():
-    vocab = build_vocab(["good nice fine film the"])
+    vocab = clf_vocab(["good nice fine film the"])
     table = neighbor_table(
         vocab,
         {"good": ("nice", "fine", "bad"), "film": ("movie",)},
@@ -112,7 +139,7 @@ def test_augmentation_replaces_only_with_table_entries():
         [vocab.id("nice"), vocab.id("fine")]
     )
     assert list(table.table[film, : table.counts[film]]) == [UNK]  # "movie" is unknown
-    tokens = jnp.asarray(vocab.encode(["good film the"] * 64, max_len=4))
+    tokens = jnp.asarray(vocab.encode_texts(["good film the"] * 64, max_len=4))
     out = np.asarray(
         substitute_tokens(jax.random.key(0), tokens, table.table, table.counts, rate=1.0)
     )
@@ -125,18 +152,22 @@ def test_augmentation_replaces_only_with_table_entries():
 def test_word_cnn_learns_a_toy_task_and_oracle_matches_batched_eval():
     texts = ["good fine nice"] * 64 + ["bad dull poor"] * 64
     labels = np.array([1] * 64 + [0] * 64)
-    vocab = build_vocab(texts)
+    vocab = clf_vocab(texts)
     config = ClassifierConfig(
         embed_dim=8, filters=4, widths=(2,), batch_size=32, epochs=3, max_len=8
     )
     state, history = train_classifier(
-        config, vocab.encode(texts, max_len=8), labels, key=jax.random.key(0), vocab_size=len(vocab)
+        config,
+        vocab.encode_texts(texts, max_len=8),
+        labels,
+        key=jax.random.key(0),
+        vocab_size=len(vocab),
     )
     assert history[-1]["loss"] < history[0]["loss"]
     fn = make_text_logits_fn(make_model(config, len(vocab)), state.params, vocab, max_len=8)
     np.testing.assert_allclose(
         fn(texts[:3]),
-        predict_logits(state, vocab.encode(texts[:3], max_len=8)),
+        predict_logits(state, vocab.encode_texts(texts[:3], max_len=8)),
         rtol=1e-5,
         atol=1e-5,
     )

@@ -7,8 +7,9 @@ import pytest
 
 from advjax.text import TEXT_DIR_ENV
 from advjax.text.bpe import learn_bpe, merge_pieces, word_counts
-from advjax.text.mt_vocab import BOS, EOS, PAD, UNK, Vocab, batches, build_vocab
+from advjax.text.mt_batches import batches
 from advjax.text.multi30k import load_lines, load_parallel, resolve_text_dir, tokenize
+from advjax.text.vocab import BOS, EOS, PAD, UNK, Vocab, build_vocab
 
 
 def test_tokenize_lowercases_and_splits_punctuation():
@@ -26,8 +27,8 @@ def test_missing_text_dir_is_a_clear_error(monkeypatch):
 
 def test_vocab_keeps_frequent_tokens_and_maps_the_rest_to_unk():
     vocab = build_vocab([["a", "b", "a"], ["a", "c", "b"]], min_count=2)
-    assert vocab.itos[4:] == ("a", "b") and "c" not in vocab and "a" in vocab
-    assert vocab.encode(["a", "c"]) == [4, UNK]
+    assert vocab.tokens[4:] == ("a", "b") and "c" not in vocab and "a" in vocab
+    assert vocab.ids(["a", "c"]) == [4, UNK]
     assert vocab.decode([BOS, 4, 5, EOS, 4]) == ["a", "b"]
     with pytest.raises(ValueError):
         Vocab(("a",))

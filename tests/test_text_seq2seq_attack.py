@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from advjax.text.mt_vocab import PAD, UNK, Vocab, pad_batch
+from advjax.text.mt_batches import pad_batch
 from advjax.text.seq2seq_attack import (
     adversarial_loss,
     first_order_scores,
@@ -18,6 +18,7 @@ from advjax.text.seq2seq_attack import (
     one_word_attacks,
 )
 from advjax.text.seq2seq_perturb import changed_positions, perturbed_words, word_mask
+from advjax.text.vocab import PAD, UNK, Vocab
 
 WORDS = ["house", "cat", "dog", "green", "small", "tree", "river", "stone", "bird", "road",
          "light", "water", "child", "table", "horse", "ball", ".", ","]  # fmt: skip
@@ -49,7 +50,7 @@ def tiny_logits_fn(seed: int = 0):
 
 
 def _batch():
-    src = jnp.asarray(pad_batch([VOCAB.encode(s) for s in SENTENCES], 6))
+    src = jnp.asarray(pad_batch([VOCAB.ids(s) for s in SENTENCES], 6))
     rng = np.random.default_rng(0)
     tgt = [list(rng.integers(4, 12, size=n)) for n in (3, 5, 2)]
     return src, jnp.asarray(pad_batch(tgt, 6, bos=True)), jnp.asarray(pad_batch(tgt, 6, eos=True))
@@ -140,7 +141,7 @@ def test_charswap_word_is_out_of_vocabulary_and_seen_as_unk(attacked):
         assert int(out.replacement[b]) == UNK
         adv = perturbed_words(tokens, int(out.position[b]), UNK, VOCAB, setting="charswap")
         (pos,) = changed_positions(tokens, adv)
-        assert adv[pos] not in VOCAB and VOCAB.index(adv[pos]) == UNK
+        assert adv[pos] not in VOCAB and VOCAB.id(adv[pos]) == UNK
         assert sorted(adv[pos][: len(tokens[pos])]) == sorted(tokens[pos]) or adv[pos].startswith(
             tokens[pos]
         )

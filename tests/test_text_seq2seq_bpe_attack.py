@@ -14,7 +14,7 @@ import pytest
 
 from advjax.text.bpe import learn_bpe
 from advjax.text.charswap import charswap_candidates
-from advjax.text.mt_vocab import PAD, SPECIALS, Vocab, build_vocab, pad_batch
+from advjax.text.mt_batches import pad_batch
 from advjax.text.seq2seq_attack import adversarial_loss
 from advjax.text.seq2seq_bpe_attack import (
     exact_losses,
@@ -27,6 +27,7 @@ from advjax.text.seq2seq_bpe_attack import (
     word_starts,
 )
 from advjax.text.seq2seq_perturb import changed_positions
+from advjax.text.vocab import PAD, TRANSLATION_SPECIALS, Vocab, build_vocab
 from experiments.seq2seq_bpe_attacks import (
     attack_bpe,
     attack_space,
@@ -47,7 +48,7 @@ PIECES = build_vocab(
     [BPE.segment_word(w) for w in COUNTS] + [[c, c + "@@"] for c in string.ascii_lowercase],
     min_count=1,
 )
-WORD_VOCAB = Vocab((*SPECIALS, *COUNTS))
+WORD_VOCAB = Vocab((*TRANSLATION_SPECIALS, *COUNTS))
 SENTENCES = [
     ["the", "small", "cat", "houses", "."],
     ["green", "trees", "rivers", "stone", "birds"],
@@ -172,7 +173,7 @@ def test_exactly_one_word_changes_and_ids_are_the_resegmentation(setup, attacked
         assert res.position >= 0, (setting, i)
         assert changed_positions(SENTENCES[i], res.adv_words) == [res.position]
         assert SENTENCES[i][res.position].isalpha()
-        assert res.adv_ids == PIECES.encode(BPE.segment(res.adv_words))
+        assert res.adv_ids == PIECES.ids(BPE.segment(res.adv_words))
         assert len(res.adv_ids) <= MAX_LEN
         assert (
             check_bpe_constraint(
@@ -195,7 +196,7 @@ def test_knn_word_is_among_the_ten_nearest_by_mean_piece_embedding(setup, attack
     unit = means / np.linalg.norm(means, axis=1, keepdims=True)
     for i, res in enumerate(attacked["knn"]):
         old = SENTENCES[i][res.position]
-        q = np.asarray(emb[np.array(PIECES.encode(BPE.segment_word(old)))]).mean(0)
+        q = np.asarray(emb[np.array(PIECES.ids(BPE.segment_word(old)))]).mean(0)
         sim = unit @ (q / np.linalg.norm(q))
         brute = [w for w in sorted(words, key=lambda w: -sim[words.index(w)]) if w != old][:10]
         assert res.new_word in brute and res.new_word != old
@@ -208,8 +209,8 @@ def test_charswap_word_is_out_of_the_word_vocabulary_and_resegmented(attacked):
         assert res.new_word not in WORD_VOCAB
         assert res.new_word in charswap_candidates(old, WORD_VOCAB.__contains__)
         assert BPE.segment_word(res.new_word) != BPE.segment_word(old)
-        assert res.adv_ids == PIECES.encode(BPE.segment(res.adv_words))
-        assert PIECES.encode(BPE.segment(SENTENCES[i])) != res.adv_ids
+        assert res.adv_ids == PIECES.ids(BPE.segment(res.adv_words))
+        assert PIECES.ids(BPE.segment(SENTENCES[i])) != res.adv_ids
 
 
 def test_constraint_check_rejects_bad_perturbations(setup, attacked):
@@ -217,11 +218,11 @@ def test_constraint_check_rejects_bad_perturbations(setup, attacked):
     res = attacked["charswap"][0]
     src = SENTENCES[0]
     assert "words changed" in check_bpe_constraint(
-        "charswap", src, src, PIECES.encode(BPE.segment(src)), space, max_len=MAX_LEN
+        "charswap", src, src, PIECES.ids(BPE.segment(src)), space, max_len=MAX_LEN
     )
     in_vocab = src[:1] + ["cat"] + src[2:]
     assert "CharSwap" in check_bpe_constraint(
-        "charswap", src, in_vocab, PIECES.encode(BPE.segment(in_vocab)), space, max_len=MAX_LEN
+        "charswap", src, in_vocab, PIECES.ids(BPE.segment(in_vocab)), space, max_len=MAX_LEN
     )
     wrong_ids = res.adv_ids[:-1]
     assert "segmentation" in check_bpe_constraint(
@@ -239,7 +240,7 @@ def test_exact_rescoring_of_every_candidate_finds_the_brute_force_best(setup):
         logits_fn, emb, space, [sentence], [tgt], settings=("unconstrained",),
         top_k=len(space.words) * len(sentence), batch_size=1, max_len=MAX_LEN,
     )["unconstrained"][0]  # fmt: skip
-    rows = [PIECES.encode(BPE.segment(sentence[:i] + [w] + sentence[i + 1 :]))
+    rows = [PIECES.ids(BPE.segment(sentence[:i] + [w] + sentence[i + 1 :]))
             for i in range(len(sentence)) for w in space.words if w != sentence[i]]  # fmt: skip
     src = pad_batch(rows, max(len(r) for r in rows))
     n = len(rows)

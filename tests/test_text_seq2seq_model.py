@@ -6,9 +6,10 @@ attack on a trained LSTM is covered end to end by test_text_seq2seq_experiment.p
 import jax
 import numpy as np
 
-from advjax.text.mt_vocab import PAD, pad_batch
+from advjax.text.mt_batches import pad_batch
 from advjax.text.seq2seq import LSTMConfig
 from advjax.text.seq2seq_train import TrainConfig, create_train_state, train_step, translate
+from advjax.text.vocab import PAD
 
 CONFIG = LSTMConfig(src_vocab=20, tgt_vocab=16, embed_dim=16, hidden_dim=16, dropout_rate=0.0)
 SRC = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14, 15, 16]]
@@ -30,9 +31,9 @@ def test_training_memorises_and_greedy_decoding_reproduces_targets():
 def test_adversarial_perturbations_change_one_word_within_the_setting():
     """The on-the-fly perturbations of adversarial training: one word per sentence, drawn
     from the top-3 first-order candidates; CharSwap words become <unk>."""
-    from advjax.text.mt_vocab import UNK
     from advjax.text.seq2seq_adv_train import draw_perturbation
     from advjax.text.seq2seq_attack import first_order_scores
+    from advjax.text.vocab import UNK
 
     rng = np.random.default_rng(0)
     emb = jax.numpy.asarray(rng.normal(size=(20, 8)).astype(np.float32))

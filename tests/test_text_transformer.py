@@ -14,7 +14,7 @@ import pytest
 from test_text_seq2seq_attack import SENTENCES, VOCAB, _batch
 
 from advjax.text.beam import beam_decode, beam_search, sequence_scores
-from advjax.text.mt_vocab import BOS, EOS, PAD, pad_batch
+from advjax.text.mt_batches import pad_batch
 from advjax.text.seq2seq import LSTMConfig, greedy_decode
 from advjax.text.seq2seq_attack import (
     adversarial_loss,
@@ -31,6 +31,7 @@ from advjax.text.seq2seq_train import (
     translate,
 )
 from advjax.text.transformer import TransformerConfig, sinusoidal_positions
+from advjax.text.vocab import BOS, EOS, PAD
 
 TINY = dict(model_dim=32, num_heads=4, num_encoder_layers=1, num_decoder_layers=1, ff_dim=64)
 CONFIG = TransformerConfig(src_vocab=30, tgt_vocab=30, dropout_rate=0.1, max_len=16, **TINY)

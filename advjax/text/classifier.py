@@ -201,7 +201,7 @@ def make_text_logits_fn(
             chunk = texts[start : start + top]
             size = next(b for b in BATCH_BUCKETS if b >= len(chunk))
             ids = np.zeros((size, max_len), np.int32)
-            ids[: len(chunk)] = vocab.encode(chunk, max_len=max_len)
+            ids[: len(chunk)] = vocab.encode_texts(chunk, max_len=max_len)
             outs.append(np.asarray(apply(params, ids))[: len(chunk)])
         return np.concatenate(outs) if outs else np.zeros((0, 2), np.float32)
 

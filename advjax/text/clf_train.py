@@ -39,7 +39,7 @@ def neighbor_table(
         raise ValueError(f"max_neighbors={max_neighbors} must be >= 1")
     table = np.zeros((len(vocab), max_neighbors), np.int32)
     counts = np.zeros((len(vocab),), np.int32)
-    for i, word in enumerate(vocab.words):
+    for i, word in enumerate(vocab.tokens):
         if word in stopwords or i <= UNK:
             continue
         ids: list[int] = []

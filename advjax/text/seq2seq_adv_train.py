@@ -19,9 +19,9 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from advjax.text.mt_vocab import PAD
 from advjax.text.seq2seq_attack import SETTINGS, candidate_scores, first_order_scores
 from advjax.text.seq2seq_train import TrainState, token_nll
+from advjax.text.vocab import PAD
 from advjax.types import Array, ArrayLike
 
 

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax.text.bpe import BPE
-from advjax.text.mt_vocab import PAD, Vocab
 from advjax.text.seq2seq_attack import SETTINGS, adversarial_loss, loss_and_embedding_grad
+from advjax.text.vocab import PAD, Vocab
 from advjax.types import Array, ArrayLike
 
 SeqLogitsFn = Callable[[Array, Array, Array], Array]
@@ -57,7 +57,7 @@ def piece_table(
     Raises:
       ValueError: a word segments into more than `width` pieces.
     """
-    ids = [vocab.encode(bpe.segment_word(w)) for w in words]
+    ids = [vocab.ids(bpe.segment_word(w)) for w in words]
     longest = max((len(i) for i in ids), default=1)
     width = longest if width is None else width
     if longest > width:

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from advjax.text.charswap import charswap
-from advjax.text.mt_vocab import SPECIALS, Vocab
+from advjax.text.vocab import Vocab
 
 
 def word_mask(vocab: Vocab) -> np.ndarray:
     """(V,) True for alphabetic vocabulary words (no specials, digits or punctuation)."""
-    return np.array([i >= len(SPECIALS) and t.isalpha() for i, t in enumerate(vocab.itos)])
+    return np.array([i >= len(vocab.specials) and t.isalpha() for i, t in enumerate(vocab.tokens)])
 
 
 def substitute(tokens: Sequence[str], position: int, new: str) -> list[str]:
@@ -39,13 +39,13 @@ def perturbed_words(
     """The perturbed word sentence for a word-level attack result (position -1: unchanged).
 
     For "charswap" the word at `position` gets its first out-of-vocabulary CharSwap
-    variant; otherwise it becomes `vocab.itos[replacement]`.
+    variant; otherwise it becomes `vocab.tokens[replacement]`.
     """
     if position < 0:
         return list(tokens)
     if setting == "charswap":
         return substitute(tokens, position, charswap(tokens[position], vocab.__contains__))
-    return substitute(tokens, position, vocab.itos[replacement])
+    return substitute(tokens, position, vocab.tokens[replacement])
 
 
 def changed_positions(a: Sequence[str], b: Sequence[str]) -> list[int]:

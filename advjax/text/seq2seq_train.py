@@ -20,9 +20,10 @@ import optax
 from flax.training import train_state
 
 from advjax.text.beam import beam_decode
-from advjax.text.mt_vocab import EOS, PAD, batches, bucket_length, pad_batch
+from advjax.text.mt_batches import batches, bucket_length, pad_batch
 from advjax.text.seq2seq import LSTMConfig, LSTMSeq2Seq, greedy_decode
 from advjax.text.transformer import TransformerConfig, TransformerSeq2Seq
+from advjax.text.vocab import EOS, PAD
 from advjax.types import Array
 
 ModelConfig = LSTMConfig | TransformerConfig

@@ -1,71 +1,14 @@
-"""Token vocabularies and padded, length-bucketed batches for translation models.
+"""Padded, length-bucketed id batches for the translation models.
 
-Ids 0-3 are reserved: <pad>, <unk>, <bos>, <eos>. Pure functions and numpy arrays only.
+Ids follow the translation layout of `advjax.text.vocab` (<pad>, <unk>, <bos>, <eos>).
+Pure functions and numpy arrays only.
 """
 
-import dataclasses
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
-SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>")
-
-
-@dataclasses.dataclass(frozen=True)
-class Vocab:
-    """An immutable token <-> id map; unknown tokens map to `UNK`."""
-
-    itos: tuple[str, ...]
-
-    def __post_init__(self):
-        if self.itos[: len(SPECIALS)] != SPECIALS:
-            raise ValueError(f"a vocabulary must start with {SPECIALS}, got {self.itos[:4]}")
-        if len(set(self.itos)) != len(self.itos):
-            raise ValueError("vocabulary tokens must be distinct")
-        object.__setattr__(self, "_stoi", {t: i for i, t in enumerate(self.itos)})
-
-    def __len__(self) -> int:
-        return len(self.itos)
-
-    def __contains__(self, token: str) -> bool:
-        return token in self._stoi and self._stoi[token] >= len(SPECIALS)
-
-    def index(self, token: str) -> int:
-        """The id of `token`, `UNK` if unknown."""
-        return self._stoi.get(token, UNK)
-
-    def encode(self, tokens: Sequence[str]) -> list[int]:
-        return [self._stoi.get(t, UNK) for t in tokens]
-
-    def decode(self, ids: Iterable[int]) -> list[str]:
-        """Tokens up to the first <eos>, without <pad>/<bos>."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == EOS:
-                break
-            if i not in (PAD, BOS):
-                out.append(self.itos[i])
-        return out
-
-
-def build_vocab(
-    sentences: Iterable[Sequence[str]], *, min_count: int = 2, max_size: int | None = None
-) -> Vocab:
-    """Tokens seen at least `min_count` times, most frequent first (ties alphabetical).
-
-    Raises:
-      ValueError: min_count < 1.
-    """
-    if min_count < 1:
-        raise ValueError(f"{min_count=} must be >= 1")
-    counts = Counter(t for s in sentences for t in s)
-    kept = sorted((t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t))
-    if max_size is not None:
-        kept = kept[: max(0, max_size - len(SPECIALS))]
-    return Vocab(SPECIALS + tuple(t for t in kept if t not in SPECIALS))
+from advjax.text.vocab import BOS, EOS, PAD
 
 
 def pad_batch(
