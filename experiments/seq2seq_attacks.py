@@ -115,34 +115,94 @@ def attack_model(
         adv_out = translate(model.config, model.params, adv_ids, max_len=max_len)
         seconds[f"decode_{setting}"] = time.perf_counter() - start
         for i, res in enumerate(results):
-            adv_src, adv_text = " ".join(adv_words[i]), " ".join(tvocab.decode(adv_out[i]))
-            chrf_s = score_pair(srcs[i], adv_src, refs[i], clean_text[i], adv_text, metric="chrf")
-            bleu_s = score_pair(srcs[i], adv_src, refs[i], clean_text[i], adv_text, metric="bleu")
-            pos = int(res.position)
-            if pos < 0:
-                status, reason = "no_candidate", "no word this setting may change"
-            else:
+            pos, reason = int(res.position), None
+            if pos >= 0:
                 reason = check_constraint(setting, src_tokens[i], adv_words[i], model, knn)
                 ids_ok = np.array_equal(
                     pad_batch([adv_ids[i]], max_len)[0], np.asarray(res.adv_src)
                 )
                 if reason is None and not ids_ok:
                     reason = "the model's perturbed ids differ from the perturbed sentence's"
-                status = "invalid" if reason else ("success" if chrf_s.success else "failed")
-            records.append({
-                "model": model.spec.name, "attack": setting, "case_id": i, "status": status,
-                "reason": reason, "src": srcs[i], "adv_src": adv_src, "ref": refs[i],
-                "out": clean_text[i], "adv_out": adv_text, "position": pos,
-                "original_word": src_tokens[i][pos] if pos >= 0 else None,
-                "new_word": adv_words[i][pos] if pos >= 0 else None,
-                "new_word_id": int(res.replacement), "first_order": float(res.first_order),
-                "adv_loss": float(res.loss), "clean_loss": float(res.clean_loss),
-                "chrf": scores_dict(chrf_s), "bleu": scores_dict(bleu_s),
-            })  # fmt: skip
+            records.append(case_record(
+                model=model.spec.name, attack=setting, case_id=i, src=srcs[i],
+                adv_src=" ".join(adv_words[i]), ref=refs[i], out=clean_text[i],
+                adv_out=" ".join(tvocab.decode(adv_out[i])), position=pos, reason=reason,
+                original_word=src_tokens[i][pos] if pos >= 0 else None,
+                new_word=adv_words[i][pos] if pos >= 0 else None,
+                extra={"new_word_id": int(res.replacement)},
+                first_order=float(res.first_order), adv_loss=float(res.loss),
+                clean_loss=float(res.clean_loss),
+            ))  # fmt: skip
         log(
             f"{model.spec.name} {setting}: {len(results)} cases, decoded in {seconds[f'decode_{setting}']:.1f} s"
         )
     return records, seconds
+
+
+NO_CANDIDATE_REASON = "no word this setting may change"
+
+
+def case_record(
+    *,
+    model: str,
+    attack: str,
+    case_id: int,
+    src: str,
+    adv_src: str,
+    ref: str,
+    out: str,
+    adv_out: str,
+    position: int,
+    reason: str | None,
+    original_word: str | None,
+    new_word: str | None,
+    first_order: float,
+    adv_loss: float,
+    clean_loss: float,
+    extra: dict | None = None,
+) -> dict:
+    """One attacked case's record: its status, the shared fields and both scores.
+
+    The word-level and BPE attack loops build their records here, so both kinds share
+    one status rule and one key order (records are written as JSON and compared).
+
+    Args:
+      model, attack, case_id: the model's name, the attack setting and the case's index.
+      src, adv_src, ref, out, adv_out: the original and perturbed source, the reference
+        and the model outputs on `src` and on `adv_src`.
+      position: the substituted word's position, negative when the setting had none.
+      reason: why the perturbation breaks the setting's constraint, or None when it keeps
+        it; ignored when `position` is negative.
+      original_word, new_word: the substituted word and its replacement.
+      first_order, adv_loss, clean_loss: the attack's first-order score and its exact
+        losses on the perturbed and original source.
+      extra: the record kind's own fields, placed right after `new_word`; they may not
+        reuse a shared field's name.
+
+    Returns:
+      A dict whose status is "no_candidate" when `position` < 0, else "invalid" when a
+      `reason` is given, else "success" or "failed" from the chrF score's success.
+    """
+    chrf = score_pair(src, adv_src, ref, out, adv_out, metric="chrf")
+    bleu = score_pair(src, adv_src, ref, out, adv_out, metric="bleu")
+    if position < 0:
+        status, reason = "no_candidate", NO_CANDIDATE_REASON
+    else:
+        status = "invalid" if reason else ("success" if chrf.success else "failed")
+    head = {
+        "model": model, "attack": attack, "case_id": case_id, "status": status,
+        "reason": reason, "src": src, "adv_src": adv_src, "ref": ref, "out": out,
+        "adv_out": adv_out, "position": position, "original_word": original_word,
+        "new_word": new_word,
+    }  # fmt: skip
+    tail = {
+        "first_order": first_order, "adv_loss": adv_loss, "clean_loss": clean_loss,
+        "chrf": scores_dict(chrf), "bleu": scores_dict(bleu),
+    }  # fmt: skip
+    extra = extra or {}
+    if clash := set(extra) & (set(head) | set(tail)):
+        raise ValueError(f"extra fields {sorted(clash)} would overwrite shared fields")
+    return head | extra | tail
 
 
 def scores_dict(s: PairScore) -> dict:

@@ -25,7 +25,6 @@ import numpy as np
 from advjax.text.bpe import BPE, merge_pieces
 from advjax.text.charswap import charswap_candidates
 from advjax.text.mt_batches import bucket_length, pad_batch
-from advjax.text.mt_metrics import score_pair
 from advjax.text.multi30k import load_parallel
 from advjax.text.seq2seq_attack import SETTINGS
 from advjax.text.seq2seq_bpe_attack import (
@@ -43,7 +42,7 @@ from advjax.text.seq2seq_perturb import changed_positions, substitute
 from advjax.text.seq2seq_train import translate
 from advjax.text.vocab import PAD, UNK, Vocab, build_vocab
 from advjax.types import ArrayLike
-from experiments.seq2seq_attacks import model_logits_fn, scores_dict
+from experiments.seq2seq_attacks import case_record, model_logits_fn
 from experiments.seq2seq_models import Loaded, ModelSpec
 
 
@@ -305,30 +304,22 @@ def attack_bpe_model(
         adv_text = decode([res.adv_ids for res in results[setting]])
         seconds[f"decode_{setting}"] = time.perf_counter() - start
         for i, res in enumerate(results[setting]):
-            adv_src, pos = " ".join(res.adv_words), res.position
-            chrf_s = score_pair(srcs[i], adv_src, refs[i], clean_text[i], adv_text[i])
-            bleu_s = score_pair(
-                srcs[i], adv_src, refs[i], clean_text[i], adv_text[i], metric="bleu"
-            )
-            if pos < 0:
-                status, reason = "no_candidate", "no word this setting may change"
-            else:
+            adv_src, pos, reason = " ".join(res.adv_words), res.position, None
+            if pos >= 0:
                 reason = check_bpe_constraint(
                     setting, sentences[i], adv_src.split(), res.adv_ids, space, max_len=max_len
                 )
-                status = "invalid" if reason else ("success" if chrf_s.success else "failed")
             old = sentences[i][pos] if pos >= 0 else None
-            records.append({
-                "model": model.spec.name, "attack": setting, "case_id": i, "status": status,
-                "reason": reason, "src": srcs[i], "adv_src": adv_src, "ref": refs[i],
-                "out": clean_text[i], "adv_out": adv_text[i], "position": pos,
-                "original_word": old, "new_word": res.new_word,
-                "original_pieces": bpe.segment_word(old) if old else None,
-                "new_pieces": bpe.segment_word(res.new_word) if res.new_word else None,
-                "first_order": res.first_order, "adv_loss": res.loss,
-                "clean_loss": res.clean_loss, "chrf": scores_dict(chrf_s),
-                "bleu": scores_dict(bleu_s),
-            })  # fmt: skip
+            records.append(case_record(
+                model=model.spec.name, attack=setting, case_id=i, src=srcs[i],
+                adv_src=adv_src, ref=refs[i], out=clean_text[i], adv_out=adv_text[i],
+                position=pos, reason=reason, original_word=old, new_word=res.new_word,
+                extra={
+                    "original_pieces": bpe.segment_word(old) if old else None,
+                    "new_pieces": bpe.segment_word(res.new_word) if res.new_word else None,
+                },
+                first_order=res.first_order, adv_loss=res.loss, clean_loss=res.clean_loss,
+            ))  # fmt: skip
         log(f"{model.spec.name} {setting}: {len(results[setting])} cases, "
             f"decoded in {seconds[f'decode_{setting}']:.1f} s")  # fmt: skip
     return records, seconds

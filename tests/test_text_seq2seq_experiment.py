@@ -128,3 +128,47 @@ def test_adv_training_keeps_finished_runs_only_under_the_same_protocol():
     assert finished_runs(previous, header) == previous["runs"]
     assert finished_runs(None, header) == {}
     assert finished_runs(previous | {"n_attack": 2}, header) == {}
+
+
+def test_case_record_status_and_key_order():
+    """A case with no position is "no_candidate" whatever its scores, a constraint reason
+    makes it "invalid", otherwise chrF success decides; word and BPE records keep their
+    key order, the kind's own fields right after new_word (records are compared as JSON)."""
+    from advjax.text.mt_metrics import score_pair
+    from experiments.seq2seq_attacks import case_record
+
+    src, ref = "le chat dort", "the cat sleeps"
+    win = dict(adv_src="le caht dort", out="the cat sleeps", adv_out="a dog runs")
+    lose = dict(adv_src="le caht dort", out="the cat sleeps", adv_out="the cat sleeps")
+    assert score_pair(src, ref=ref, **win).success
+    assert not score_pair(src, ref=ref, **lose).success
+
+    def record(texts, position, reason=None, extra=None):
+        return case_record(
+            model="m", attack="charswap", case_id=3, src=src, ref=ref, **texts,
+            position=position, reason=reason, original_word="chat", new_word="caht",
+            first_order=1.0, adv_loss=2.0, clean_loss=0.5, extra=extra,
+        )  # fmt: skip
+
+    for texts in (win, lose):
+        for reason in (None, "2 words changed"):
+            r = record(texts, -1, reason)
+            assert (r["status"], r["reason"]) == ("no_candidate", "no word this setting may change")
+        assert record(texts, 1, "2 words changed")["status"] == "invalid"
+    assert record(win, 1)["status"] == "success" and record(win, 1)["reason"] is None
+    assert record(lose, 1)["status"] == "failed"
+    assert record(win, 1)["chrf"] == {
+        "s_src": (s := score_pair(src, ref=ref, **win)).s_src, "s_tgt": s.s_tgt,
+        "s_tgt_adv": s.s_tgt_adv, "d_tgt": s.d_tgt, "success": s.success,
+    }  # fmt: skip
+    assert record(win, 1)["bleu"]["s_tgt"] == score_pair(src, ref=ref, **win, metric="bleu").s_tgt
+
+    head = ["model", "attack", "case_id", "status", "reason", "src", "adv_src", "ref", "out",
+            "adv_out", "position", "original_word", "new_word"]  # fmt: skip
+    tail = ["first_order", "adv_loss", "clean_loss", "chrf", "bleu"]
+    word = record(win, 1, extra={"new_word_id": 7})
+    assert list(word) == head + ["new_word_id"] + tail
+    bpe = record(win, 1, extra={"original_pieces": ["chat"], "new_pieces": ["ca@@", "ht"]})
+    assert list(bpe) == head + ["original_pieces", "new_pieces"] + tail
+    with pytest.raises(ValueError, match="status"):
+        record(win, 1, extra={"status": "success"})
