@@ -116,6 +116,24 @@ PGD_FINETUNE_NODROP = ModelSpec(
 started from the FGSM-RS no-dropout model's weights, at half the learning rate: FGSM-RS
 leaves a gap between PGD-20 and the targeted DLR attack (APGD-T) that multi-step training
 closes, and training PGD-AT from scratch learned too slowly on 2 cores."""
+TRADES_FINETUNE_NODROP = ModelSpec(
+    "trades_finetune_nodrop",
+    "trades",
+    47000,
+    10,
+    "TRADES-5 fine-tune of the PGD-AT model (47k, 10 ep, PGD-selected)",
+    robust_selection=True,
+    full_split=True,
+    dropout_rate=0.0,
+    init_from=PGD_FINETUNE_NODROP,
+    learning_rate=5e-4,
+    adv_steps=5,
+)
+"""TRADES (Zhang et al. 2019; beta 6, a 5-step KL attack of eps/4 steps) continued from the
+PGD-AT fine-tune: the PGD-AT models lose 4-7 points between PGD-20 and the ensemble, mostly
+to the targeted DLR attack, and TRADES' KL term smooths the whole output distribution rather
+than the true-class loss alone. It also trains 10 epochs more than its parent (no
+PGD-AT control with the same extra epochs has been run yet)."""
 SURROGATE = ModelSpec(
     "surrogate", "standard", 15000, 12, "Transfer surrogate (standard CNN, seed 4242)", seed=4242
 )
@@ -142,6 +160,7 @@ class StudyConfig:
         FGSM_RS_FULL,
         FGSM_RS_FULL_NODROP,
         PGD_FINETUNE_NODROP,
+        TRADES_FINETUNE_NODROP,
     )
     batch_size: int = 128
     learning_rate: float = 1e-3
