@@ -20,6 +20,7 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 from advjax.data import DATA_DIR_ENV, Cifar10, load_cifar10, stratified_indices  # noqa: E402
 from advjax.fit import FitResult, fit  # noqa: E402
 from advjax.model import CompactCNN  # noqa: E402
+from advjax.records import ROBUST_STATUSES, CaseRecord  # noqa: E402
 from advjax.train import Batch, TrainConfig  # noqa: E402
 
 # ---------------------------------------------------------------------------
@@ -53,6 +54,51 @@ def make_linear_batch(seed: int = 0, n: int = 16) -> tuple[np.ndarray, np.ndarra
 @pytest.fixture(scope="session")
 def linear_logits_fn() -> Callable[[jax.Array], jax.Array]:
     return make_linear_logits_fn()
+
+
+# ---------------------------------------------------------------------------
+# Per-case records.
+
+
+def case_record(
+    case_id: int = 0,
+    *,
+    status: str = "success",
+    true_class: int = 3,
+    eps: float = 8 / 255,
+    **overrides,
+) -> CaseRecord:
+    """A `CaseRecord` whose predictions and first-break fields agree with `status`.
+
+    clean_pred is wrong (true_class + 1) only for skipped_clean_wrong; adv_pred is right
+    (true_class) only for failed / budget_exhausted; success broke at step 1 of restart 0,
+    every other status never broke. linf = l2 = eps; the other fields are neutral constants
+    (loss 1.0, 10 queries, model "m", attack "pgd", hashes "mh" / "ah" / "th") and
+    key_path is (0, case_id). `overrides` (any `CaseRecord` field) are applied last.
+    """
+    broke = status == "success"
+    fields = dict(
+        case_id=case_id,
+        true_class=true_class,
+        clean_pred=true_class + 1 if status == "skipped_clean_wrong" else true_class,
+        adv_pred=true_class if status in ROBUST_STATUSES else true_class + 1,
+        final_loss=1.0,
+        linf=eps,
+        l2=eps,
+        first_break_step=1 if broke else None,
+        first_break_restart=0 if broke else None,
+        queries=10,
+        status=status,
+        model="m",
+        model_hash="mh",
+        attack="pgd",
+        attack_config_hash="ah",
+        threat_model_hash="th",
+        eps=eps,
+        key_path=(0, case_id),
+    )
+    fields.update(overrides)
+    return CaseRecord(**fields)
 
 
 # ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@ agreement with `advjax.metrics` on a real PGD run of a tiny linear model."""
 import jax
 import numpy as np
 import pytest
-from conftest import make_linear_batch, make_linear_logits_fn
+from conftest import case_record, make_linear_batch, make_linear_logits_fn
 
 from advjax import metrics
 from advjax.aggregate import aggregate_records, budget_curves, find_group, group_records, per_class
@@ -18,46 +18,22 @@ EPS = 8 / 255
 
 
 def rec(
-    case_id,
-    status,
-    *,
-    true_class=0,
-    break_step=None,
-    break_restart=None,
-    eps=EPS,
-    model="m",
-    attack="pgd",
-    loss=1.0,
-    linf=EPS,
-    **overrides,
+    case_id, status, *, true_class=0, break_step=None, break_restart=None, linf=EPS, **overrides
 ) -> CaseRecord:
-    """A record with predictions consistent with `status`."""
-    clean = true_class if status != "skipped_clean_wrong" else true_class + 1
-    adv = true_class if status in ("failed", "budget_exhausted") else true_class + 1
+    """`case_record` with true class 0, a first break only where `break_step` is given (at
+    restart 0 unless `break_restart` says otherwise), and linf = l2 = `linf` whatever eps."""
     if break_step is not None and break_restart is None:
         break_restart = 0
-    fields = dict(
-        case_id=case_id,
+    return case_record(
+        case_id,
+        status=status,
         true_class=true_class,
-        clean_pred=clean,
-        adv_pred=adv,
-        final_loss=loss,
         linf=linf,
         l2=linf,
         first_break_step=break_step,
         first_break_restart=break_restart,
-        queries=10,
-        status=status,
-        model=model,
-        model_hash="mh",
-        attack=attack,
-        attack_config_hash="ah",
-        threat_model_hash="th",
-        eps=eps,
-        key_path=(0, case_id),
+        **overrides,
     )
-    fields.update(overrides)
-    return CaseRecord(**fields)
 
 
 def mixed_records():

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import case_record
 
 from advjax import gate
 from advjax.aggregate import aggregate_records
-from advjax.records import CaseRecord
 from advjax.sanity import Check, run_checks
 from advjax.summary import SCHEMA, SummaryError, read_run_summary, run_summary, write_run_summary
 from advjax.threat_model import ThreatModel
@@ -36,25 +36,13 @@ def records(model, *, clean, robust_8, robust_64=0, invalid=0, worst_zero=False)
             else:
                 status = "success"
             out.append(
-                CaseRecord(
-                    case_id=i,
-                    true_class=y,
-                    clean_pred=y + (status == "skipped_clean_wrong"),
-                    adv_pred=y + (status in ("success", "skipped_clean_wrong")),
-                    final_loss=1.0,
-                    linf=eps,
-                    l2=eps,
-                    first_break_step=1 if status == "success" else None,
-                    first_break_restart=0 if status == "success" else None,
-                    queries=10,
+                case_record(
+                    i,
                     status=status,
-                    model=model,
-                    model_hash="mh",
-                    attack="pgd",
-                    attack_config_hash="ah",
-                    threat_model_hash=TM.digest(),
+                    true_class=y,
                     eps=eps,
-                    key_path=(0, i),
+                    model=model,
+                    threat_model_hash=TM.digest(),
                 )
             )
     return out

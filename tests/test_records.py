@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import case_record
 
 from advjax.records import (
     STATUSES,
@@ -29,28 +30,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_record(case_id: int = 0, **overrides) -> CaseRecord:
-    fields = dict(
-        case_id=case_id,
-        true_class=3,
-        clean_pred=3,
-        adv_pred=5,
-        final_loss=2.5,
-        linf=8 / 255,
-        l2=0.5,
-        first_break_step=4,
-        first_break_restart=0,
-        queries=21,
-        status="success",
-        model="standard",
-        model_hash="m" * 16,
-        attack="pgd",
-        attack_config_hash="a" * 16,
-        threat_model_hash="t" * 16,
-        eps=8 / 255,
-        key_path=(42, "attack", 7, 1, 3, case_id),
+    """A success record (true class 3, adv_pred 5, first break at step 4 of restart 0) whose
+    predictions stay fixed, so that an override of `status` alone can contradict them."""
+    return case_record(
+        case_id,
+        **{
+            "clean_pred": 3,
+            "adv_pred": 5,
+            "final_loss": 2.5,
+            "linf": 8 / 255,
+            "l2": 0.5,
+            "first_break_step": 4,
+            "first_break_restart": 0,
+            "queries": 21,
+            "model": "standard",
+            "model_hash": "m" * 16,
+            "attack_config_hash": "a" * 16,
+            "threat_model_hash": "t" * 16,
+            "key_path": (42, "attack", 7, 1, 3, case_id),
+            **overrides,
+        },
     )
-    fields.update(overrides)
-    return CaseRecord(**fields)
 
 
 def test_record_json_round_trip_keeps_non_finite_floats_as_strict_json():

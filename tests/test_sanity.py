@@ -3,9 +3,9 @@ gradient-masked one, and its evidence states the numbers."""
 
 import numpy as np
 import pytest
+from conftest import case_record
 
 from advjax.aggregate import aggregate_records
-from advjax.records import CaseRecord
 from advjax.sanity import (
     Check,
     check_eps_zero,
@@ -38,25 +38,18 @@ def cases(model, attack, eps, *, robust, clean=16, loss=1.0, linf=None, invalid=
             status = "success"
         step = (i % 3) if status == "success" and tracked else None
         out.append(
-            CaseRecord(
-                case_id=i,
+            case_record(
+                i,
+                status=status,
                 true_class=i % 2,
-                clean_pred=(i % 2) + (status == "skipped_clean_wrong"),
-                adv_pred=(i % 2) + (status in ("success", "skipped_clean_wrong", "invalid")),
+                eps=eps,
                 final_loss=loss,
                 linf=eps if linf is None else linf,
-                l2=eps,
                 first_break_step=step,
                 first_break_restart=None if step is None else i % 2,
                 queries=5,
-                status=status,
                 model=model,
-                model_hash="mh",
                 attack=attack,
-                attack_config_hash="ah",
-                threat_model_hash="th",
-                eps=eps,
-                key_path=(0, i),
             )
         )
     return out
