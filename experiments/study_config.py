@@ -132,8 +132,24 @@ TRADES_FINETUNE_NODROP = ModelSpec(
 """TRADES (Zhang et al. 2019; beta 6, a 5-step KL attack of eps/4 steps) continued from the
 PGD-AT fine-tune: the PGD-AT models lose 4-7 points between PGD-20 and the ensemble, mostly
 to the targeted DLR attack, and TRADES' KL term smooths the whole output distribution rather
-than the true-class loss alone. It also trains 10 epochs more than its parent (no
-PGD-AT control with the same extra epochs has been run yet)."""
+than the true-class loss alone. It also trains 10 epochs more than its parent:
+`PGD_CONTINUE_NODROP` is its control."""
+PGD_CONTINUE_NODROP = ModelSpec(
+    "pgd_continue_nodrop",
+    "pgd",
+    47000,
+    10,
+    "PGD-5-AT, 10 more epochs of the PGD-AT model (47k, 10 ep, PGD-selected)",
+    robust_selection=True,
+    full_split=True,
+    dropout_rate=0.0,
+    init_from=PGD_FINETUNE_NODROP,
+    learning_rate=5e-4,
+    adv_steps=5,
+)
+"""The TRADES fine-tune's control: the same start, epochs, learning rate and attack steps,
+with PGD-AT's loss, so that a difference between the two is the loss, not the extra
+epochs."""
 SURROGATE = ModelSpec(
     "surrogate", "standard", 15000, 12, "Transfer surrogate (standard CNN, seed 4242)", seed=4242
 )
@@ -161,6 +177,7 @@ class StudyConfig:
         FGSM_RS_FULL_NODROP,
         PGD_FINETUNE_NODROP,
         TRADES_FINETUNE_NODROP,
+        PGD_CONTINUE_NODROP,
     )
     batch_size: int = 128
     learning_rate: float = 1e-3
