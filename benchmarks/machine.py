@@ -4,8 +4,9 @@ import datetime
 import os
 import platform
 import resource
-import subprocess
 from importlib import metadata
+
+from advjax.provenance import git_state
 
 _ENV_PREFIXES = ("XLA_", "JAX_", "TF_", "OMP_", "MKL_", "OPENBLAS_", "ADVJAX_")
 
@@ -53,19 +54,7 @@ def load_average() -> list[float] | None:
 
 def git_revision(repo: str) -> dict:
     """HEAD's commit of `repo` and whether tracked files differ from it."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", repo, *args], capture_output=True, text=True, timeout=30, check=True
-        ).stdout.strip()
-
-    try:
-        return {
-            "commit": git("rev-parse", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-        }
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
+    return git_state(repo)
 
 
 def _version(package: str) -> str | None:

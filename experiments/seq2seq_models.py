@@ -11,7 +11,6 @@ import dataclasses
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 from flax import serialization
 
 from advjax.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from advjax.provenance import git_state
 from advjax.text.bpe import BPE, learn_bpe, merge_pieces, word_counts
 from advjax.text.mt_metrics import chrf
 from advjax.text.multi30k import Parallel, load_parallel
@@ -109,13 +109,7 @@ def environment() -> dict:
     import optax
     import sacrebleu
 
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-            cwd=Path(__file__).parent,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        rev = None
+    git = git_state(Path(__file__).parent, ("advjax", "experiments"))
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -125,7 +119,8 @@ def environment() -> dict:
         "optax": optax.__version__,
         "numpy": np.__version__,
         "sacrebleu": sacrebleu.__version__,
-        "git_revision": rev,
+        "git_revision": git["commit"],
+        "git_dirty": git["dirty"],
     }
 
 

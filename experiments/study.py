@@ -4,7 +4,6 @@ import dataclasses
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from advjax.data import Cifar10, fingerprint, load_cifar10, stratified_indices, 
 from advjax.fit import fit
 from advjax.io import atomic_write_json, atomic_write_npz
 from advjax.model import CompactCNN
+from advjax.provenance import git_state
 from advjax.records import RecordLog
 from advjax.sentinel import SentinelConfig
 from advjax.train import Batch, TrainConfig
@@ -127,18 +127,7 @@ def environment() -> dict:
     import matplotlib
     import optax
 
-    def git(*args):
-        try:
-            return subprocess.run(
-                ["git", *args],
-                capture_output=True,
-                text=True,
-                check=True,
-                cwd=Path(__file__).parent,
-            ).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return None
-
+    git = git_state(Path(__file__).parent, ("advjax", "experiments"))
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -149,10 +138,8 @@ def environment() -> dict:
         "versions": {m.__name__: m.__version__ for m in (jax, flax, optax, chex, np, matplotlib)},
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "xla_flags_set_by_advjax": list(backend.applied()),
-        "git_revision": git("rev-parse", "HEAD"),
-        "git_dirty": bool(
-            git("status", "--porcelain", "--untracked-files=no", "--", "advjax", "experiments")
-        ),
+        "git_revision": git["commit"],
+        "git_dirty": git["dirty"],
     }
 
 
