@@ -226,5 +226,6 @@ def tradeoff_scatter(
         )
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xlim=(0, 100), ylim=(0, 60))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6.5, loc="upper left")
+    # Outside the axes: with ten models and two attacks each, a legend inside hides the points.
+    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     save_figure(fig, path)
