@@ -159,7 +159,14 @@ def main(argv=None) -> dict:
             show_progress=not args.no_progress,
         )
         log.append(derived, skip_existing=True)
-    records = [r for r in log.read() if r.model in names]
+    every = log.read()
+    records = [r for r in every if r.model in names]
+    left_out = sorted({r.model for r in every} - set(names))
+    if left_out:
+        print(
+            f"[note] {out / 'records.jsonl'} also holds {', '.join(left_out)}, left out of this "
+            f"summary ({'--models' if args.models else 'not in ' + str(study_dir / 'results.json')})"
+        )
     groups = aggregate_records(records, num_classes=len(data.class_names))
     summary = run_summary(
         groups,

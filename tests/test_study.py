@@ -225,32 +225,30 @@ def test_replay_cli_reruns_stored_records_bit_exactly(quick_run, capsys):
 
 @pytest.mark.slow
 def test_strong_evaluation_and_attack_variants_run_on_a_study_and_write_checked_records(
-    quick_run, tmp_path
+    quick_run, tmp_path, capsys
 ):
     """Both follow-up evaluations read the study's checkpoints and cases, write records
     within their declared threat models (L-inf / L2), and never report an ensemble weaker
-    than its first member or a robust accuracy above clean."""
+    than its first member or a robust accuracy above clean; a summary that leaves out
+    models whose records it holds says so."""
     out, results = quick_run
     models = ["fgsm_matched"]
-    strong = strong_evaluation.main(
-        [
-            "--study",
-            str(out),
-            "--out",
-            str(tmp_path / "strong"),
-            "--models",
-            *models,
-            "--steps",
-            "4",
-            "--targets",
-            "2",
-            "--queries",
-            "40",
-            "--batch-size",
-            "100",
-            "--no-progress",
-        ]
-    )
+    strong_args = [
+        "--study",
+        str(out),
+        "--out",
+        str(tmp_path / "strong"),
+        "--steps",
+        "4",
+        "--targets",
+        "2",
+        "--queries",
+        "40",
+        "--batch-size",
+        "100",
+        "--no-progress",
+    ]
+    strong = strong_evaluation.main(strong_args + ["--models", *models])
     assert {c["name"] for c in strong["checks"]} >= {"perturbations_within_threat_model"}
     assert next(c for c in strong["checks"] if c["name"] == "perturbations_within_threat_model")[
         "passed"
@@ -260,6 +258,10 @@ def test_strong_evaluation_and_attack_variants_run_on_a_study_and_write_checked_
     assert "not run" not in row and "not run" in text  # only fgsm_matched was re-attacked
     tradeoff_figure(results, strong, tmp_path / "tradeoff.png")
     assert (tmp_path / "tradeoff.png").stat().st_size > 10_000
+    other = next(n for n in results["models"] if n not in models)
+    capsys.readouterr()
+    strong_evaluation.main(strong_args + ["--models", other])
+    assert f"also holds {models[0]}, left out" in capsys.readouterr().out
     variants = attack_variants.main(
         [
             "--study",
