@@ -52,11 +52,6 @@ def load_average() -> list[float] | None:
         return None
 
 
-def git_revision(repo: str) -> dict:
-    """HEAD's commit of `repo` and whether tracked files differ from it."""
-    return git_state(repo)
-
-
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -81,7 +76,7 @@ def describe_machine(repo: str) -> dict:
         "versions": {p: _version(p) for p in ("jax", "jaxlib", "flax", "optax", "chex", "numpy")},
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)},
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "git": git_revision(repo),
+        "git": git_state(repo),
         "load_average_start": load_average(),
     }
 

@@ -116,39 +116,27 @@ PGD_FINETUNE_NODROP = ModelSpec(
 started from the FGSM-RS no-dropout model's weights, at half the learning rate: FGSM-RS
 leaves a gap between PGD-20 and the targeted DLR attack (APGD-T) that multi-step training
 closes, and training PGD-AT from scratch learned too slowly on 2 cores."""
-TRADES_FINETUNE_NODROP = ModelSpec(
-    "trades_finetune_nodrop",
-    "trades",
-    47000,
-    10,
-    "TRADES-5 fine-tune of the PGD-AT model (47k, 10 ep, PGD-selected)",
-    robust_selection=True,
-    full_split=True,
-    dropout_rate=0.0,
+TRADES_FINETUNE_NODROP = dataclasses.replace(
+    PGD_FINETUNE_NODROP,
+    name="trades_finetune_nodrop",
+    mode="trades",
+    label="TRADES-5 fine-tune of the PGD-AT model (47k, 10 ep, PGD-selected)",
     init_from=PGD_FINETUNE_NODROP,
-    learning_rate=5e-4,
-    adv_steps=5,
 )
 """TRADES (Zhang et al. 2019; beta 6, a 5-step KL attack of eps/4 steps) continued from the
-PGD-AT fine-tune: the PGD-AT models lose 4-7 points between PGD-20 and the ensemble, mostly
+PGD-AT fine-tune, with its parent's data, epochs, learning rate and attack steps: the PGD-AT
+models lose 4-7 points between PGD-20 and the ensemble, mostly
 to the targeted DLR attack, and TRADES' KL term smooths the whole output distribution rather
 than the true-class loss alone. It also trains 10 epochs more than its parent:
 `PGD_CONTINUE_NODROP` is its control."""
-PGD_CONTINUE_NODROP = ModelSpec(
-    "pgd_continue_nodrop",
-    "pgd",
-    47000,
-    10,
-    "PGD-5-AT, 10 more epochs of the PGD-AT model (47k, 10 ep, PGD-selected)",
-    robust_selection=True,
-    full_split=True,
-    dropout_rate=0.0,
-    init_from=PGD_FINETUNE_NODROP,
-    learning_rate=5e-4,
-    adv_steps=5,
+PGD_CONTINUE_NODROP = dataclasses.replace(
+    TRADES_FINETUNE_NODROP,
+    name="pgd_continue_nodrop",
+    mode="pgd",
+    label="PGD-5-AT, 10 more epochs of the PGD-AT model (47k, 10 ep, PGD-selected)",
 )
-"""The TRADES fine-tune's control: the same start, epochs, learning rate and attack steps,
-with PGD-AT's loss, so that a difference between the two is the loss, not the extra
+"""The TRADES fine-tune's control: derived from it, so everything but the loss (PGD-AT's)
+is the same by construction, and a difference between the two is the loss, not the extra
 epochs."""
 SURROGATE = ModelSpec(
     "surrogate", "standard", 15000, 12, "Transfer surrogate (standard CNN, seed 4242)", seed=4242
