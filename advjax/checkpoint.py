@@ -36,6 +36,7 @@ def save_checkpoint(
             "name": type(model).__name__,
             "num_classes": model.num_classes,
             "dropout_rate": model.dropout_rate,
+            "activation": model.activation,
         },
         "variables": jax.tree.map(np.asarray, serialization.to_state_dict(dict(variables))),
         "metadata": dict(metadata or {}),
@@ -73,7 +74,9 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[CompactCNN, dict[str, Any]
         raise CheckpointError(f"checkpoint {path} holds an unknown model {spec.get('name')!r}")
     try:
         model = CompactCNN(
-            num_classes=int(spec["num_classes"]), dropout_rate=float(spec["dropout_rate"])
+            num_classes=int(spec["num_classes"]),
+            dropout_rate=float(spec["dropout_rate"]),
+            activation=str(spec.get("activation", "relu")),  # older checkpoints: ReLU
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"checkpoint {path} has an invalid model section: {e}") from e

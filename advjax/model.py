@@ -57,16 +57,31 @@ class Conv3x3(nn.Module):
         return conv2d_same(x, kernel.astype(x.dtype))
 
 
+ACTIVATIONS = {"relu": nn.relu, "silu": nn.silu}
+"""The CNN's activation functions by name. ReLU is the study's; SiLU (x * sigmoid(x)) is the
+smooth activation of smooth adversarial training (Xie et al. 2020), with the same parameters."""
+
+
+def check_activation(name: str) -> None:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation={name!r} must be one of {tuple(ACTIVATIONS)}")
+
+
 class ConvBNReLU(nn.Module):
-    """Conv3x3 -> BatchNorm -> ReLU."""
+    """Conv3x3 -> BatchNorm -> activation (ReLU unless told otherwise).
+
+    The class keeps its name whatever the activation: Flax derives the parameter paths
+    (`ConvBNReLU_0`, ...) from it, and saved checkpoints rely on them.
+    """
 
     features: int
+    activation: str = "relu"
 
     @nn.compact
     def __call__(self, x: Array, train: bool) -> Array:
         x = Conv3x3(self.features)(x)
         x = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)(x)
-        return nn.relu(x)
+        return ACTIVATIONS[self.activation](x)
 
 
 class CompactCNN(nn.Module):
@@ -78,6 +93,11 @@ class CompactCNN(nn.Module):
 
     num_classes: int = NUM_CLASSES
     dropout_rate: float = 0.5
+    activation: str = "relu"
+
+    def __post_init__(self):
+        check_activation(self.activation)
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, x: Array, train: bool) -> Array:
@@ -87,10 +107,10 @@ class CompactCNN(nn.Module):
         x = (x - mean) / std
         for features, convs in ((32, 2), (64, 2), (128, 1)):
             for _ in range(convs):
-                x = ConvBNReLU(features)(x, train)
+                x = ConvBNReLU(features, self.activation)(x, train)
             x = max_pool_2x2(x)
         x = x.reshape(x.shape[0], -1)
-        x = nn.relu(_dense(x, 128))
+        x = ACTIVATIONS[self.activation](_dense(x, 128))
         x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
         return _dense(x, self.num_classes)
 

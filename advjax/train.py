@@ -13,7 +13,7 @@ import optax
 
 from advjax.attacks import check_eps
 from advjax.checkpoint import load_checkpoint, save_checkpoint
-from advjax.model import CompactCNN
+from advjax.model import CompactCNN, check_activation
 from advjax.train_steps import (
     Batch,
     TrainState,
@@ -53,6 +53,7 @@ class TrainConfig:
         the reference study's), False on the adversarial batch alone (fgsm_rs's and pgd's,
         as in their papers).
       trades_beta: weight of the TRADES KL term (6.0, Zhang et al. 2019).
+      activation: the CNN's activation, a name in `advjax.model.ACTIVATIONS`.
       augment_pad: zero padding of the random crop (4, the CIFAR standard; 0 makes the
         crop the identity, leaving the random flip alone).
     """
@@ -63,6 +64,7 @@ class TrainConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 5e-4
     dropout_rate: float = 0.5
+    activation: str = "relu"
     adv_eps: float = 8 / 255
     augment: bool = True
     augment_pad: int = 4
@@ -87,6 +89,7 @@ class TrainConfig:
                 f"learning_rate={self.learning_rate} must be > 0 and "
                 f"weight_decay={self.weight_decay} >= 0"
             )
+        check_activation(self.activation)
         check_eps(self.adv_eps)
         self._check_adv_settings()
 
@@ -123,7 +126,7 @@ def make_optimizer(config: TrainConfig, total_steps: int) -> optax.GradientTrans
 
 def create_train_state(key: jax.Array, config: TrainConfig, total_steps: int) -> TrainState:
     """Initialise the CompactCNN and its optimiser from `key`."""
-    model = CompactCNN(dropout_rate=config.dropout_rate)
+    model = CompactCNN(dropout_rate=config.dropout_rate, activation=config.activation)
     variables = model.init({"params": key}, jnp.zeros((1, 32, 32, 3), jnp.float32), train=False)
     return TrainState.create(
         apply_fn=model.apply,

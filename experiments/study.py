@@ -51,6 +51,7 @@ def train_config(config: StudyConfig, spec: ModelSpec) -> TrainConfig:
         seed=config.seed if spec.seed is None else spec.seed,
         augment_pad=4 if spec.augment_pad is None else spec.augment_pad,
         adv_steps=spec.adv_steps,
+        activation="relu" if spec.activation is None else spec.activation,
     )
 
 
@@ -115,7 +116,8 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
         "seconds": seconds,
         "git_revision": environment()["git_revision"],
     }
-    model = CompactCNN(dropout_rate=train_config(config, spec).dropout_rate)
+    tc = train_config(config, spec)
+    model = CompactCNN(dropout_rate=tc.dropout_rate, activation=tc.activation)
     save_checkpoint(path, model, variables, metadata)
     return path
 

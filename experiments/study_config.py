@@ -27,6 +27,7 @@ class ModelSpec:
     init_from: "ModelSpec | None" = None  # fine-tune: start from this model's trained weights
     learning_rate: float | None = None  # None: the study's
     adv_steps: int | None = None  # None: the mode's default (advjax.train.ADV_DEFAULTS)
+    activation: str | None = None  # None: ReLU (advjax.model.ACTIVATIONS)
 
     def to_dict(self) -> dict:
         """Fields for hashing; the optional ones only when set (keeps older digests valid)."""
@@ -38,6 +39,7 @@ class ModelSpec:
             "init_from",
             "learning_rate",
             "adv_steps",
+            "activation",
         ):
             if d[optional] is None:
                 d.pop(optional)
@@ -138,6 +140,17 @@ PGD_CONTINUE_NODROP = dataclasses.replace(
 """The TRADES fine-tune's control: derived from it, so everything but the loss (PGD-AT's)
 is the same by construction, and a difference between the two is the loss, not the extra
 epochs."""
+PGD_CONTINUE_SILU = dataclasses.replace(
+    PGD_CONTINUE_NODROP,
+    name="pgd_continue_silu",
+    label="PGD-5-AT, 10 more epochs of the PGD-AT model with SiLU (47k, 10 ep, PGD-selected)",
+    activation="silu",
+)
+"""`PGD_CONTINUE_NODROP` with SiLU in place of ReLU (same parameters, same parent weights,
+data, epochs, learning rate and attack): the ReLU models stop fitting their adversarial
+training set at about 40 %, and a smooth activation gives the inner attack and the weight
+update better gradients (smooth adversarial training, Xie et al. 2020). Its control is
+`PGD_CONTINUE_NODROP`, so a difference between the two is the activation."""
 SURROGATE = ModelSpec(
     "surrogate", "standard", 15000, 12, "Transfer surrogate (standard CNN, seed 4242)", seed=4242
 )
@@ -166,6 +179,7 @@ class StudyConfig:
         PGD_FINETUNE_NODROP,
         TRADES_FINETUNE_NODROP,
         PGD_CONTINUE_NODROP,
+        PGD_CONTINUE_SILU,
     )
     batch_size: int = 128
     learning_rate: float = 1e-3
