@@ -134,6 +134,20 @@ def to_words(spec: ModelSpec, pieces: list[str]) -> list[str]:
     return pieces if spec.unit == "word" else merge_pieces(pieces)
 
 
+def training_run(spec: ModelSpec, workdir: Path) -> tuple[list, dict] | None:
+    """(history, config.json) of the model of `spec` trained into workdir/<name>/, or None
+    when there is none of this spec; reads no weights (they are not committed)."""
+    folder = Path(workdir) / spec.name
+    done = folder / "config.json"
+    if not done.exists():
+        return None
+    meta = json.loads(done.read_text())
+    if meta["spec"] != stored_spec(spec):
+        return None
+    history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
+    return history, meta
+
+
 def train_or_load(spec: ModelSpec, text_dir, workdir: Path, *, log=print) -> Loaded:
     """Train the model described by `spec` into workdir/<name>/, or reload it if present."""
     folder = Path(workdir) / spec.name

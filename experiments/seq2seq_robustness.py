@@ -2,7 +2,7 @@
 
     python -m experiments.seq2seq_robustness [--profile default|quick] [--text-dir DIR] [--out DIR]
         [--archs lstm transformer] [--src-langs fr de cs] [--units word bpe] [--models-dir DIR]
-        [--n-attack N]
+        [--n-attack N] [--reuse DIR ...]
 
 Trains (or reloads) a model for each architecture, language pair -> en and unit
 (LSTM with attention by default, `--archs transformer` the Transformer of `Config.transformer`;
@@ -14,11 +14,17 @@ quick: a temporary folder; models go to `--models-dir`, default OUT/models):
 records.jsonl (one record per case and setting), results.json (clean scores, attack
 tables, timings), tables.md, figures/*.png and run.json (command, config, versions, git
 revision). Every table number is computed from the records.
+
+`--reuse DIR ...` names earlier run folders: a model that one of them attacked, the same trained
+model (same training history and time) under the same protocol, is not attacked again. Its
+records stay where they are and results.json names that file (`records`), except when the folder
+is the output folder itself (a resumed run), whose records are kept in the new records.jsonl.
 """
 
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 import time
@@ -36,6 +42,7 @@ from experiments.seq2seq_models import (
     environment,
     evaluate_translation,
     train_or_load,
+    training_run,
 )
 
 
@@ -208,17 +215,84 @@ def write_figure(records: list[dict], path: Path) -> None:
     path.with_suffix(".tmp.png").replace(path)
 
 
-def run(config: Config, text_dir, out: Path, *, models_dir: Path | None = None, log=print) -> dict:
+PROTOCOL_FIELDS = ("test_split", "n_attack", "n_clean", "top_k", "knn_k", "attack_batch")
+"""Config fields that must match for an earlier run's records of a model to be reused."""
+
+
+def find_reusable(
+    name: str, history: list, train_seconds: float, config: Config, folders
+) -> tuple[Path, dict] | None:
+    """The first run folder of `folders` whose results.json holds model `name` trained by the
+    same run (same history and training time) and attacked under `config`'s protocol with
+    every setting of `config`; returns (the records file, its results entry), else None."""
+    for folder in map(Path, folders):
+        path = folder / "results.json"
+        if not path.is_file():
+            continue
+        earlier = json.loads(path.read_text())
+        entry = earlier["models"].get(name)
+        if (
+            entry is None
+            or any(earlier["config"].get(f) != getattr(config, f) for f in PROTOCOL_FIELDS)
+            or not set(config.settings) <= set(entry["attacks"])
+            or entry["history"] != json.loads(json.dumps(history))
+            or entry["train_seconds"] != train_seconds
+        ):
+            continue
+        return (folder / entry.get("records", "records.jsonl")).resolve(), entry
+    return None
+
+
+def read_model_records(path: Path, name: str, config: Config) -> list[dict]:
+    """Model `name`'s records of `config.settings` in the records file `path`, checked to be
+    complete: one per attacked sentence and setting."""
+    with open(path, encoding="utf-8") as f:
+        rows = (json.loads(line) for line in f)
+        records = [r for r in rows if r["model"] == name and r["attack"] in config.settings]
+    expected = config.n_attack * len(config.settings)
+    if len(records) != expected:
+        raise ValueError(f"{path} holds {len(records)} records of {name}, expected {expected}")
+    return records
+
+
+def run(
+    config: Config,
+    text_dir,
+    out: Path,
+    *,
+    models_dir: Path | None = None,
+    reuse=(),
+    log=print,
+) -> dict:
     """Train, evaluate and attack every model of `config`; write everything into `out`
-    (models into `models_dir`, default out/models)."""
+    (models into `models_dir`, default out/models). A model attacked by a run in `reuse`
+    (see `find_reusable`) keeps that run's records and clean scores."""
     start = time.perf_counter()
     out = Path(out)
     models_dir = out / "models" if models_dir is None else Path(models_dir)
     results = {"config": json.loads(json.dumps(dataclasses.asdict(config))), "models": {}}
-    all_records = []
+    all_records, own_records = [], []
     cases = [(a, lang, u) for a in config.archs for lang in config.src_langs for u in config.units]
     for arch, lang, unit in cases:
         spec = config.spec(arch, lang, unit)
+        trained = training_run(spec, models_dir) if reuse else None
+        found = trained and find_reusable(
+            spec.name, trained[0], trained[1]["train_seconds"], config, reuse
+        )
+        if found:
+            path, entry = found
+            log(f"{spec.name}: reusing its attack records in {path}")
+            records = read_model_records(path, spec.name, config)
+            all_records += records
+            results["models"][spec.name] = _model_results(
+                arch, lang, unit, entry["clean"], trained[0], trained[1], entry["attack_seconds"],
+                records, config,
+            )  # fmt: skip
+            if path == (out / "records.jsonl").resolve():
+                own_records += records
+            else:
+                results["models"][spec.name]["records"] = os.path.relpath(path, out.resolve())
+            continue
         model = train_or_load(spec, text_dir, models_dir, log=log)
         meta = json.loads((models_dir / spec.name / "config.json").read_text())
         test = load_parallel(text_dir, config.test_split, lang, spec.tgt_lang)
@@ -235,20 +309,13 @@ def run(config: Config, text_dir, out: Path, *, models_dir: Path | None = None, 
         else:
             records, seconds = attack_model(model, src, ref, **shared)
         all_records += records
-        results["models"][spec.name] = {
-            "arch": arch, "src_lang": lang, "unit": unit,
-            "clean": {k: clean[k] for k in ("bleu", "chrf", "n", "mean_sentence_chrf")},
-            "history": model.history,
-            "train_seconds": meta["train_seconds"],
-            "attack_seconds": seconds,
-            "attacks": {
-                s: {m: summarize_records([r for r in records if r["attack"] == s], m) for m in ("chrf", "bleu")}
-                for s in config.settings
-            },
-        }  # fmt: skip
+        own_records += records
+        results["models"][spec.name] = _model_results(
+            arch, lang, unit, clean, model.history, meta, seconds, records, config
+        )
     atomic_write_text(
         out / "records.jsonl",
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in all_records),
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in own_records),
     )
     results["seconds"] = time.perf_counter() - start
     atomic_write_json(out / "results.json", results)
@@ -259,6 +326,21 @@ def run(config: Config, text_dir, out: Path, *, models_dir: Path | None = None, 
         "config": results["config"], "environment": environment(), "seconds": results["seconds"],
     })  # fmt: skip
     return results
+
+
+def _model_results(arch, lang, unit, clean, history, meta, seconds, records, config) -> dict:
+    """One model's results.json entry; the attack tables are computed from `records`."""
+    return {
+        "arch": arch, "src_lang": lang, "unit": unit,
+        "clean": {k: clean[k] for k in ("bleu", "chrf", "n", "mean_sentence_chrf")},
+        "history": history,
+        "train_seconds": meta["train_seconds"],
+        "attack_seconds": seconds,
+        "attacks": {
+            s: {m: summarize_records([r for r in records if r["attack"] == s], m) for m in ("chrf", "bleu")}
+            for s in config.settings
+        },
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -279,6 +361,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--units", nargs="+", default=None, choices=["word", "bpe"])
     p.add_argument("--models-dir", default=None, help="model folder (default OUT/models)")
     p.add_argument("--n-attack", type=int, default=None)
+    p.add_argument(
+        "--reuse",
+        nargs="+",
+        default=(),
+        metavar="DIR",
+        help="earlier run folders whose records of the same models under the same protocol "
+        "are reused (referenced, or kept when DIR is the output folder)",
+    )
     args = p.parse_args(argv)
     config = profile(args.profile)
     overrides = {
@@ -294,7 +384,7 @@ def main(argv: list[str] | None = None) -> dict:
         p.error(str(error))
     out = Path(args.out) if args.out else (
         Path(tempfile.mkdtemp(prefix="seq2seq_quick_")) if config.profile == "quick" else Path("results/seq2seq"))  # fmt: skip
-    results = run(config, text_dir, out, models_dir=args.models_dir)
+    results = run(config, text_dir, out, models_dir=args.models_dir, reuse=args.reuse)
     print(write_tables(results))
     print(f"wrote {out}")
     return results

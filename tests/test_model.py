@@ -43,6 +43,26 @@ def test_parameter_count_is_403306(model_and_variables):
     assert set(variables) == {"params", "batch_stats"}
 
 
+def test_silu_variant_has_the_same_parameters_and_different_outputs(model_and_variables):
+    """With SiLU the CNN has the same parameter paths and shapes (403,306 parameters), so
+    ReLU weights load into it, yet the same weights give other logits."""
+    model, variables = model_and_variables
+    silu = CompactCNN(activation="silu")
+    fresh = silu.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)
+    chex.assert_trees_all_equal_shapes_and_dtypes(fresh, variables)
+    x = _images(2)
+    relu_logits = model.apply(variables, x, train=False)
+    silu_logits = silu.apply(variables, x, train=False)
+    assert np.all(np.isfinite(silu_logits))
+    assert not np.allclose(relu_logits, silu_logits, atol=1e-3)
+
+
+def test_unknown_activation_raises_value_error():
+    """An activation outside ACTIVATIONS is rejected when the model is built, naming it."""
+    with pytest.raises(ValueError, match="tanh"):
+        CompactCNN(activation="tanh")
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_output_is_batch_by_10_float32(model_and_variables, batch):
     """Logits have shape (B, 10) and dtype float32, in eval and in train mode."""

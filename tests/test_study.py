@@ -317,6 +317,31 @@ def test_a_fine_tuned_model_is_retrained_when_its_parent_changes():
     assert [m.name for m in alone.models] == ["pgd_finetune_nodrop"]
 
 
+def test_the_silu_model_differs_from_its_control_in_the_activation_alone():
+    """pgd_continue_silu is pgd_continue_nodrop with SiLU: same parent, data, epochs,
+    learning rate and attack, another digest; adding the field left older digests alone."""
+    import dataclasses
+
+    from experiments import study
+    from experiments.study_config import PGD_CONTINUE_NODROP, PGD_CONTINUE_SILU
+
+    config = profile("default")
+    assert PGD_CONTINUE_SILU in config.models and PGD_CONTINUE_NODROP in config.models
+    assert PGD_CONTINUE_SILU.activation == "silu" and PGD_CONTINUE_NODROP.activation is None
+    same = dataclasses.replace(
+        PGD_CONTINUE_SILU,
+        name=PGD_CONTINUE_NODROP.name,
+        label=PGD_CONTINUE_NODROP.label,
+        activation=None,
+    )
+    assert same == PGD_CONTINUE_NODROP
+    assert config.model_digest(PGD_CONTINUE_SILU) != config.model_digest(PGD_CONTINUE_NODROP)
+    assert "activation" not in PGD_CONTINUE_NODROP.to_dict()
+    assert config.model_digest(PGD_CONTINUE_NODROP) == "c4cba2af72b5b945"  # its checkpoint's
+    assert study.train_config(config, PGD_CONTINUE_SILU).activation == "silu"
+    assert study.train_config(config, PGD_CONTINUE_NODROP).activation == "relu"
+
+
 def test_train_phase_trains_or_reuses_the_parent_and_fine_tunes_from_its_weights(
     tmp_path, monkeypatch
 ):

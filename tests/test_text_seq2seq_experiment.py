@@ -172,3 +172,83 @@ def test_case_record_status_and_key_order():
     assert list(bpe) == head + ["original_pieces", "new_pieces"] + tail
     with pytest.raises(ValueError, match="status"):
         record(win, 1, extra={"status": "success"})
+
+
+def test_reused_models_are_referenced_not_attacked_or_copied(tmp_path, monkeypatch):
+    """With --reuse, a model an earlier run attacked (same training history and time, same
+    protocol) is neither trained nor attacked: results.json names the earlier records file,
+    the new records.jsonl leaves them out, and the tables equal the earlier run's. A resumed
+    run (its own folder in --reuse) keeps its records; another protocol or another training
+    run of the model is not reused."""
+    import dataclasses
+
+    from experiments import seq2seq_robustness as s2s
+    from experiments.seq2seq_attacks import case_record
+    from experiments.seq2seq_models import stored_spec
+
+    config = dataclasses.replace(s2s.profile("quick"), n_attack=2)
+    spec = config.spec("lstm", "fr", "word")
+    models = tmp_path / "models" / spec.name
+    models.mkdir(parents=True)
+    history = [{"epoch": 1, "train_nll": 3.5, "val_nll": 3.25, "seconds": 1.0}]
+    (models / "config.json").write_text(
+        json.dumps({"spec": stored_spec(spec), "train_seconds": 7.5})
+    )
+    (models / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    win = dict(adv_src="le caht dort", out="the cat sleeps", adv_out="a dog runs")
+    lose = dict(adv_src="le caht dort", out="the cat sleeps", adv_out="the cat sleeps")
+    records = [
+        case_record(
+            model=spec.name,
+            attack=setting,
+            case_id=i,
+            src="le chat dort",
+            ref="the cat sleeps",
+            **(win if i else lose),
+            position=1,
+            reason=None,
+            original_word="chat",
+            new_word="caht",
+            first_order=1.0,
+            adv_loss=2.0,
+            clean_loss=0.5,
+        )  # fmt: skip
+        for setting in config.settings
+        for i in range(2)
+    ]
+    clean = {"bleu": 30.0, "chrf": 50.0, "n": 50, "mean_sentence_chrf": 49.0}
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    entry = s2s._model_results(
+        "lstm", "fr", "word", clean, history, {"train_seconds": 7.5}, {"all": 3.0}, records, config
+    )
+    earlier_results = {"config": dataclasses.asdict(config), "models": {spec.name: entry}}
+    (earlier / "results.json").write_text(json.dumps(earlier_results))
+    (earlier / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def no_attack(*args, **kwargs):
+        raise AssertionError("a reusable model was trained or attacked")
+
+    monkeypatch.setattr(s2s, "train_or_load", no_attack)
+    out = tmp_path / "out"
+    results = s2s.run(
+        config, None, out, models_dir=tmp_path / "models", reuse=[earlier], log=lambda _: None
+    )
+    assert results["models"][spec.name].pop("records") == "../earlier/records.jsonl"
+    assert results["models"][spec.name] == json.loads(json.dumps(entry))
+    assert (out / "records.jsonl").read_text() == ""
+    assert s2s.write_tables(results) == s2s.write_tables(
+        earlier_results | {"config": results["config"]}
+    )
+
+    resumed = s2s.run(config, None, earlier, models_dir=tmp_path / "models", reuse=[earlier])
+    assert "records" not in resumed["models"][spec.name]
+    assert [json.loads(x) for x in (earlier / "records.jsonl").read_text().splitlines()] == records
+
+    for changed in (
+        {"config": dataclasses.asdict(dataclasses.replace(config, top_k=4))},
+        {"models": {spec.name: entry | {"train_seconds": 8.0}}},
+    ):
+        (earlier / "results.json").write_text(json.dumps(earlier_results | changed))
+        with pytest.raises(AssertionError, match="reusable"):
+            s2s.run(config, None, out, models_dir=tmp_path / "models", reuse=[earlier])

@@ -165,6 +165,38 @@ def test_checkpoint_round_trip_is_bit_exact(tmp_path, model_and_variables):
     assert read_checkpoint(path)["metadata"] == {"epoch": 3, "acc": 0.5}
 
 
+def test_checkpoint_keeps_the_activation_and_reads_older_ones_as_relu(
+    tmp_path, model_and_variables
+):
+    """A SiLU model comes back as SiLU; a checkpoint written before the activation was
+    recorded loads as the ReLU model it was; an unknown activation is a CheckpointError."""
+    _, variables = model_and_variables
+    silu = CompactCNN(dropout_rate=0.0, activation="silu")
+    path = save_checkpoint(tmp_path / "silu.msgpack", silu, variables)
+    assert load_checkpoint(path)[0] == silu
+    for activation, expected in ((None, "relu"), ("tanh", None)):
+        payload = read_checkpoint(path)
+        if activation is None:
+            del payload["model"]["activation"]
+        else:
+            payload["model"]["activation"] = activation
+        old = tmp_path / f"{activation}.msgpack"
+        old.write_bytes(serialization.msgpack_serialize(payload))
+        if expected is None:
+            with pytest.raises(CheckpointError, match="activation"):
+                load_checkpoint(old)
+        else:
+            assert load_checkpoint(old)[0] == CompactCNN(dropout_rate=0.0)
+
+
+def test_train_config_activation_reaches_the_model():
+    """TrainConfig's activation builds the train state's model; an unknown one raises."""
+    state = create_train_state(jax.random.key(0), TrainConfig(activation="silu"), 1)
+    assert state.apply_fn.__self__.activation == "silu"
+    with pytest.raises(ValueError, match="activation"):
+        TrainConfig(activation="gelu")
+
+
 def test_checkpoint_is_msgpack_not_pickle(tmp_path, model_and_variables):
     """The file is msgpack (a map with the format tag), not a pickle (no 0x80 opcode)."""
     model, variables = model_and_variables
