@@ -151,6 +151,14 @@ data, epochs, learning rate and attack): the ReLU models stop fitting their adve
 training set at about 40 %, and a smooth activation gives the inner attack and the weight
 update better gradients (smooth adversarial training, Xie et al. 2020). Its control is
 `PGD_CONTINUE_NODROP`, so a difference between the two is the activation."""
+PGD_CONTINUE2_SILU = dataclasses.replace(
+    PGD_CONTINUE_SILU,
+    name="pgd_continue2_silu",
+    label="PGD-5-AT with SiLU, 10 more epochs of the SiLU model (47k, 10 ep, PGD-selected)",
+    init_from=PGD_CONTINUE_SILU,
+)
+"""`PGD_CONTINUE_SILU` trained 10 epochs more, the same way: with SiLU the validation PGD-10
+accuracy was still rising when its cosine schedule ended, where ReLU's had stopped."""
 SURROGATE = ModelSpec(
     "surrogate", "standard", 15000, 12, "Transfer surrogate (standard CNN, seed 4242)", seed=4242
 )
@@ -180,6 +188,7 @@ class StudyConfig:
         TRADES_FINETUNE_NODROP,
         PGD_CONTINUE_NODROP,
         PGD_CONTINUE_SILU,
+        PGD_CONTINUE2_SILU,
     )
     batch_size: int = 128
     learning_rate: float = 1e-3
