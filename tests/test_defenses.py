@@ -137,12 +137,12 @@ class GeneratorVariantsTest(chex.TestCase):
 
 def test_new_fields_default_to_none_and_old_configs_are_unchanged():
     """Existing configs keep every old field's value (augment_pad's default 4 is the crop
-    they always used); the adversarial ones are None (mode defaults), and each mode resolves
-    to its paper's settings."""
+    and activation's default ReLU the activation they always used); the adversarial ones are
+    None (mode defaults), and each mode resolves to its paper's settings."""
     old = {
         "mode": "standard", "epochs": 12, "batch_size": 128, "learning_rate": 1e-3,
         "weight_decay": 5e-4, "dropout_rate": 0.5, "adv_eps": 8 / 255, "augment": True,
-        "seed": 42, "augment_pad": 4,
+        "seed": 42, "augment_pad": 4, "activation": "relu",
     }  # fmt: skip
     d = dataclasses.asdict(TrainConfig())
     assert {k: d[k] for k in old} == old
