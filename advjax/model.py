@@ -63,6 +63,7 @@ smooth activation of smooth adversarial training (Xie et al. 2020), with the sam
 
 
 def check_activation(name: str) -> None:
+    """Raises ValueError, naming the choices, when `name` is not in ACTIVATIONS."""
     if name not in ACTIVATIONS:
         raise ValueError(f"activation={name!r} must be one of {tuple(ACTIVATIONS)}")
 
@@ -88,7 +89,8 @@ class CompactCNN(nn.Module):
     """conv32-conv32-pool, conv64-conv64-pool, conv128-pool, dense128-dropout, dense10.
 
     Takes NHWC pixels in [0, 1]; the CIFAR-10 mean/std normalisation happens inside, so an
-    attack's eps is always in pixel units.
+    attack's eps is always in pixel units. `activation` (ReLU by default) follows every conv
+    block and the dense128 layer.
     """
 
     num_classes: int = NUM_CLASSES
