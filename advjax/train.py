@@ -124,9 +124,14 @@ def make_optimizer(config: TrainConfig, total_steps: int) -> optax.GradientTrans
     return optax.adamw(schedule, weight_decay=config.weight_decay)
 
 
+def make_model(config: TrainConfig) -> CompactCNN:
+    """The CompactCNN that `config` trains (and that its checkpoint must record)."""
+    return CompactCNN(dropout_rate=config.dropout_rate, activation=config.activation)
+
+
 def create_train_state(key: jax.Array, config: TrainConfig, total_steps: int) -> TrainState:
     """Initialise the CompactCNN and its optimiser from `key`."""
-    model = CompactCNN(dropout_rate=config.dropout_rate, activation=config.activation)
+    model = make_model(config)
     variables = model.init({"params": key}, jnp.zeros((1, 32, 32, 3), jnp.float32), train=False)
     return TrainState.create(
         apply_fn=model.apply,

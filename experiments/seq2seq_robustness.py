@@ -235,7 +235,7 @@ def find_reusable(
             entry is None
             or any(earlier["config"].get(f) != getattr(config, f) for f in PROTOCOL_FIELDS)
             or not set(config.settings) <= set(entry["attacks"])
-            or entry["history"] != json.loads(json.dumps(history))
+            or entry["history"] != history
             or entry["train_seconds"] != train_seconds
         ):
             continue

@@ -17,11 +17,10 @@ from advjax.checkpoint import read_checkpoint, save_checkpoint
 from advjax.data import Cifar10, fingerprint, load_cifar10, stratified_indices, study_splits
 from advjax.fit import fit
 from advjax.io import atomic_write_json, atomic_write_npz
-from advjax.model import CompactCNN
 from advjax.provenance import git_state
 from advjax.records import RecordLog
 from advjax.sentinel import SentinelConfig
-from advjax.train import Batch, TrainConfig
+from advjax.train import Batch, TrainConfig, make_model
 from experiments.evaluation import (
     RECORDS_FILE,
     SUMMARY_FILE,
@@ -85,6 +84,7 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
     val = Batch(data.train_images[splits.val], data.train_labels[splits.val])
     log(f"[train] {spec.name}: {spec.mode} on {len(idx):,} images, {spec.epochs} epochs")
     started = time.perf_counter()
+    tc = train_config(config, spec)
     sentinel = SentinelConfig(select_by="val_pgd_accuracy") if spec.robust_selection else None
     init = None
     if spec.init_from is not None:
@@ -92,7 +92,7 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
         init = read_checkpoint(parent)["variables"]
         log(f"[train] {spec.name}: starting from {parent}")
     result = fit(
-        train_config(config, spec),
+        tc,
         train,
         val,
         show_progress=show_progress,
@@ -106,7 +106,7 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
     metadata = {
         "config_digest": digest,
         "spec": dataclasses.asdict(spec),
-        "train_config": dataclasses.asdict(train_config(config, spec)),
+        "train_config": dataclasses.asdict(tc),
         "sentinel": dataclasses.asdict(sentinel) if sentinel else None,
         "history": result.history,
         "best_epoch": result.best_epoch,
@@ -116,9 +116,7 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
         "seconds": seconds,
         "git_revision": environment()["git_revision"],
     }
-    tc = train_config(config, spec)
-    model = CompactCNN(dropout_rate=tc.dropout_rate, activation=tc.activation)
-    save_checkpoint(path, model, variables, metadata)
+    save_checkpoint(path, make_model(tc), variables, metadata)
     return path
 
 
