@@ -1,4 +1,7 @@
-"""XLA settings that advjax applies before JAX starts its CPU backend.
+"""XLA settings for JAX's CPU backend, applied by the entry points that call `configure()`.
+
+Importing advjax changes nothing; the experiments, the benchmarks and `python -m
+advjax.evaluate` call `configure()` first, before any JAX computation starts a backend.
 
 On the CPU, jaxlib 0.10 hands convolutions to YNNPACK by default. In a training step or a
 PGD loop those kernels ran on one thread each (the runtime overlaps independent ops on
@@ -50,7 +53,7 @@ def configure(environ: MutableMapping[str, str] = os.environ) -> tuple[str, ...]
     """Add advjax's CPU flags to `environ["XLA_FLAGS"]` if JAX has no backend yet.
 
     Returns the flags added. If a backend is already running, nothing can change and a
-    warning says so (import advjax before running any JAX computation).
+    warning says so (call configure() before running any JAX computation).
     """
     import jaxlib
     from jax._src import xla_bridge
@@ -62,7 +65,7 @@ def configure(environ: MutableMapping[str, str] = os.environ) -> tuple[str, ...]
         return ()
     if xla_bridge.backends_are_initialized():
         warnings.warn(
-            f"advjax: JAX's backend started before advjax was imported, so {wanted} "
+            f"advjax: JAX's backend started before advjax.backend.configure() was called, so {wanted} "
             "could not be set; convolutions on CPU will be slower",
             stacklevel=2,
         )

@@ -7,7 +7,7 @@ strategies on the same cases, checks that they decide every case alike (the "eve
 rule: same robust cases), and times them (median of --reps, after a compile call):
 
 - early stop: PGD (--steps x --restarts at each --eps) as one vmapped program over every
-  step of every restart, against `advjax.early_stop` (chunks of steps, still-unbroken
+  step of every restart, against `advjax.evaluation` (chunks of steps, still-unbroken
   cases compacted between chunks, restarts one after another over the unbroken cases);
 - restarts: 4 restarts vmapped in one program against a loop of 4 single-restart programs;
 - eps: one program vmapped over the eps values against a loop over them.
@@ -25,15 +25,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.attack_spec import AttackSpec
+from advjax import backend
 from advjax.attacks import pgd_search
-from advjax.augment import to_float
 from advjax.data import load_cifar10
-from advjax.early_stop import attack_cases, make_program
-from advjax.keys import case_keys, key_from_path
+from advjax.evaluation import AttackSpec, attack_cases, case_keys, key_from_path, make_program
+from advjax.train import to_float
 from benchmarks.machine import describe_machine, maxrss_mib
 from benchmarks.report import write_atomic
-from experiments.evaluation import load_model
+from experiments.cifar_robustness.evaluation import load_model
 
 REPO = str(Path(__file__).resolve().parents[1])
 
@@ -164,6 +163,7 @@ def markdown(result: dict) -> str:
 
 
 def main(argv=None) -> dict:
+    backend.configure()  # advjax's XLA CPU settings, before any JAX work
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -10,8 +10,8 @@ process), one after the other, timing the whole process. Each side's output fold
 study's own phase timings (`results.json` `timings_seconds`: training and attack phases)
 side by side and writes `benchmarks/results/end_to_end.{json,md}`.
 
-Session 1's study (the "before" default) trained three models and attacked them with FGSM
-and PGD-20 at 4 eps; today's study also runs budget curves, a transfer attack from a
+The study at revision 300ca2f (the "before" default) trained three models and attacked them with FGSM
+and PGD-20 at 4 eps; the current study also runs budget curves, a transfer attack from a
 surrogate it trains, a large-eps probe and replay checks. To compare the same models,
 `--after-args` defaults to `--models standard fgsm_reference fgsm_matched`; the training
 phases are then the same work, and the table says which attack work differs.
@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from advjax import backend
 from benchmarks.machine import describe_machine, load_average
 from benchmarks.report import write_atomic
 
@@ -177,10 +178,13 @@ def markdown(report: dict) -> str:
 
 
 def main(argv=None) -> dict:
+    backend.configure()  # advjax's XLA CPU settings, before any JAX work
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--before", default="300ca2f", help="git revision (default: session 1's)")
+    p.add_argument(
+        "--before", default="300ca2f", help="git revision (default: 300ca2f, the three-model study)"
+    )
     p.add_argument("--after", default="HEAD")
     p.add_argument("--before-args", default="", help="extra study arguments, one string")
     p.add_argument("--after-args", default=DEFAULT_AFTER_ARGS)

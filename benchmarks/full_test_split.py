@@ -2,7 +2,7 @@
 
 `python -m benchmarks.full_test_split [--study results] [--model standard] [--restarts 4]`
 
-Attacks every test image through the record campaign (`advjax.campaign.run_attack`): fixed-
+Attacks every test image through the record campaign (`advjax.evaluation.run_attack`): fixed-
 size batches, PGD in chunks of steps with the still-unbroken cases compacted between chunks,
 restarts one after another over the unbroken cases, one record per case appended as cases
 are decided (a killed run resumes), and a progress bar. Memory is bounded by the batch, not
@@ -21,21 +21,19 @@ from pathlib import Path
 
 import numpy as np
 
-from advjax.attack_spec import AttackSpec
-from advjax.augment import to_float
-from advjax.campaign import run_attack
+from advjax import backend
 from advjax.data import load_cifar10
-from advjax.metrics import format_rate, rate
-from advjax.records import RecordLog
-from advjax.threat_model import ThreatModel
+from advjax.evaluation import AttackSpec, RecordLog, ThreatModel, format_rate, rate, run_attack
+from advjax.train import to_float
 from benchmarks.machine import describe_machine, maxrss_mib
 from benchmarks.report import write_atomic
-from experiments.evaluation import load_model
+from experiments.cifar_robustness.evaluation import load_model
 
 REPO = str(Path(__file__).resolve().parents[1])
 
 
 def main(argv=None) -> dict:
+    backend.configure()  # advjax's XLA CPU settings, before any JAX work
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

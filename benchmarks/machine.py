@@ -6,7 +6,7 @@ import platform
 import resource
 from importlib import metadata
 
-from advjax.provenance import git_state
+from advjax.io import git_state
 
 _ENV_PREFIXES = ("XLA_", "JAX_", "TF_", "OMP_", "MKL_", "OPENBLAS_", "ADVJAX_")
 

@@ -198,10 +198,10 @@ def write_atomic(path: str, text: str) -> None:
         raise
 
 
-def write_outputs(result: dict, out_dir: str, stamp: str) -> tuple[str, str]:
-    """`<out_dir>/<stamp>.json` and `<out_dir>/latest.md`; returns both paths."""
-    json_path = os.path.join(out_dir, f"{stamp}.json")
-    md_path = os.path.join(out_dir, "latest.md")
+def write_outputs(result: dict, out_dir: str) -> tuple[str, str]:
+    """`<out_dir>/speed.json` (every repetition) and `<out_dir>/speed.md` (the table)."""
+    json_path = os.path.join(out_dir, "speed.json")
+    md_path = os.path.join(out_dir, "speed.md")
     write_atomic(json_path, json.dumps(result, indent=1) + "\n")
     write_atomic(md_path, markdown(result))
     return json_path, md_path

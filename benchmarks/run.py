@@ -4,16 +4,16 @@
 
 For each workload the JAX version runs in this process, then torch_reference.py runs as a
 subprocess in NCHW and in channels_last layout; the whole list is repeated `--rounds` times
-so machine load drifts hit both frameworks alike. Writes `<out>/<timestamp>.json` and
-`<out>/latest.md` and prints the markdown table. See benchmarks/README.md.
+so machine load drifts hit both frameworks alike. Writes `<out>/speed.json` and
+`<out>/speed.md` and prints the markdown table. See benchmarks/README.md.
 """
 
 import argparse
 import dataclasses
 import os
 import sys
-import time
 
+from advjax import backend
 from benchmarks import report
 from benchmarks.config import PROFILES, WORKLOADS, BenchConfig, WorkloadSpec
 from benchmarks.jax_workloads import build_workload, matmul_peak
@@ -161,11 +161,11 @@ def build_rows(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.run`."""
+    backend.configure()  # advjax's XLA CPU settings, before any JAX work
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     profile, config = make_config(args)
     specs = select(args.workloads)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     machine = describe_machine(REPO)
     peer, torch_version, note = None, None, None
     if args.no_torch:
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": build_rows(config, specs, raw, peak),
     }
     result["jax_process_peak_rss_mib"] = max(r["jax"]["peak_rss_mib"] for r in result["rows"])
-    json_path, md_path = report.write_outputs(result, args.out, stamp)
+    json_path, md_path = report.write_outputs(result, args.out)
     print()
     print(report.markdown(result))
     print(f"wrote {json_path} and {md_path}")

@@ -15,13 +15,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from advjax import backend
+
+backend.configure()  # the suite runs with the XLA CPU settings the entry points use
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 from advjax.data import DATA_DIR_ENV, Cifar10, load_cifar10, stratified_indices  # noqa: E402
-from advjax.fit import FitResult, fit  # noqa: E402
+from advjax.evaluation import ROBUST_STATUSES, CaseRecord  # noqa: E402
 from advjax.model import CompactCNN  # noqa: E402
-from advjax.records import ROBUST_STATUSES, CaseRecord  # noqa: E402
-from advjax.train import Batch, TrainConfig  # noqa: E402
+from advjax.train import Batch, FitResult, TrainConfig, fit  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # A tiny linear model for fast attack property tests.

@@ -2,6 +2,9 @@
 
 import importlib
 import inspect
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -10,26 +13,94 @@ import advjax
 P = inspect.Parameter
 
 
-def test_every_name_in_dunder_all_imports_and_exists():
-    """Each name in advjax.__all__ is an attribute of the package and `from advjax import`
-    works for it; __all__ has no duplicates."""
-    assert len(advjax.__all__) == len(set(advjax.__all__))
+PACKAGES = [
+    "advjax",
+    "advjax.attacks",
+    "advjax.data",
+    "advjax.evaluation",
+    "advjax.io",
+    "advjax.model",
+    "advjax.train",
+    "advjax.text",
+    "advjax.text.classify",
+    "advjax.text.data",
+    "advjax.text.tokenize",
+    "advjax.text.translate",
+]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_name_imports_from_its_package(package):
+    """Each name in a package's __all__ imports with `from package import name`, is not a
+    module (packages export objects), and __all__ has no duplicates."""
+    mod = importlib.import_module(package)
+    assert len(mod.__all__) == len(set(mod.__all__)), package
     namespace: dict = {}
-    exec(f"from advjax import {', '.join(advjax.__all__)}", namespace)  # noqa: S102
+    exec(f"from {package} import {', '.join(mod.__all__)}", namespace)  # noqa: S102
+    for name in mod.__all__:
+        assert getattr(mod, name) is namespace[name], f"{package}.{name}"
+        assert not inspect.ismodule(namespace[name]), f"{package}.{name} is a module"
+
+
+@pytest.mark.parametrize("package", PACKAGES[1:])
+def test_each_object_is_exported_by_one_package_only(package):
+    """No object is listed by two subpackages (the top level re-exports a chosen few)."""
+    mod = importlib.import_module(package)
+    for other in PACKAGES[1:]:
+        if other == package:
+            continue
+        shared = {
+            name
+            for name in set(mod.__all__) & set(importlib.import_module(other).__all__)
+            if getattr(mod, name) is getattr(importlib.import_module(other), name)
+        }
+        assert not shared, (package, other, shared)
+
+
+def test_top_level_reexports_come_from_the_subpackages():
+    """Every top-level name is the same object as in one subpackage's __all__."""
     for name in advjax.__all__:
-        assert getattr(advjax, name) is namespace[name], name
+        owners = [
+            p
+            for p in PACKAGES[1:]
+            if name in importlib.import_module(p).__all__
+            and getattr(importlib.import_module(p), name) is getattr(advjax, name)
+        ]
+        assert len(owners) == 1, (name, owners)
 
 
-@pytest.mark.parametrize("module", ["aggregate", "apgd", "attack_spec", "attacks", "augment",
-                                    "campaign", "checkpoint", "data", "early_stop", "ensemble",
-                                    "evaluate", "fit", "gate", "io", "keys", "layers", "losses", "metrics", "norms",
-                                    "model", "plots", "records", "sanity", "scoring", "sentinel", "sharding",
-                                    "square", "summary", "threat_model", "train", "train_steps"])  # fmt: skip
-def test_submodules_export_what_they_list(module):
-    """Every name in a submodule's __all__ (where it has one) exists in that submodule."""
-    mod = importlib.import_module(f"advjax.{module}")
-    for name in getattr(mod, "__all__", []):
-        assert hasattr(mod, name), f"advjax.{module}.{name}"
+def test_attacks_stand_alone():
+    """The attack modules import only jax/numpy/chex, each other and `advjax.types`: nothing
+    of the evaluation layer, I/O, training or text."""
+    import ast
+    import pathlib
+
+    folder = pathlib.Path(importlib.import_module("advjax.attacks").__file__).parent
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                if name.startswith("advjax"):
+                    assert name.startswith(("advjax.attacks", "advjax.types")), (path.name, name)
+
+
+def test_importing_advjax_leaves_the_environment_alone():
+    """`import advjax` (and every subpackage) in a fresh process changes no environment
+    variable: XLA flags are set only by `advjax.backend.configure()`."""
+    code = (
+        "import os, json; before = dict(os.environ); "
+        "import advjax, advjax.text, advjax.text.translate, advjax.text.classify; "
+        "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "{}"
 
 
 def _params(fn) -> list[tuple[str, object, object]]:
@@ -62,7 +133,7 @@ SIGNATURES = {
         ("key", KW, EMPTY), ("steps", KW, 20), ("step_size", KW, None), ("restarts", KW, 1), ("first_restart", KW, 0),
         ("norm", KW, "linf"), ("loss", KW, "ce"), ("target", KW, None),
     ],
-    "advjax.train.load_checkpoint": [("path", PK, EMPTY)],
+    "advjax.io.load_checkpoint": [("path", PK, EMPTY)],
 }  # fmt: skip
 
 
@@ -86,20 +157,10 @@ def test_documented_signatures(name):
     assert _params(_resolve(name)) == SIGNATURES[name]
 
 
-def test_top_level_names_are_the_module_objects():
-    """Top-level re-exports are the same objects as in their modules."""
-    assert advjax.fgsm is advjax.attacks.fgsm
-    assert advjax.pgd is advjax.attacks.pgd
-    assert advjax.load_checkpoint is advjax.checkpoint.load_checkpoint
-    assert advjax.train.load_checkpoint is advjax.checkpoint.load_checkpoint
-    assert advjax.CompactCNN is advjax.model.CompactCNN
-    assert advjax.eval_logits_fn is advjax.model.eval_logits_fn
-    assert advjax.load_cifar10 is advjax.data.load_cifar10
-
-
-def test_text_subpackage_exports_its_modules():
-    """advjax.text lists its public modules in __all__ and each imports."""
+def test_text_subpackages_export_objects():
+    """advjax.text's subpackages each list objects in __all__ (checked above); the text
+    package itself re-exports the validity rule and the text records."""
     import advjax.text
 
-    for name in advjax.text.__all__:
-        assert hasattr(advjax.text, name), f"advjax.text.{name}"
+    assert "ValidityRule" in advjax.text.__all__
+    assert "TextCaseRecord" in advjax.text.__all__

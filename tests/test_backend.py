@@ -45,26 +45,44 @@ def test_configure_after_backend_start_warns_and_changes_nothing():
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     if jaxlib.__version__ not in backend.MEASURED_JAXLIB:
         pytest.skip("unmeasured jaxlib: nothing to add")
-    with pytest.warns(UserWarning, match="before advjax was imported"):
+    with pytest.warns(UserWarning, match="before advjax.backend.configure"):
         assert backend.configure(env) == ()
     assert env == {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
 
-def _flags_in_fresh_process(extra_env: dict) -> str:
+def _flags_in_fresh_process(extra_env: dict, code: str) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", backend.OPT_OUT_VARIABLE)}
     env.update(extra_env)
-    code = "import os, advjax; print(os.environ.get('XLA_FLAGS', ''))"
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     return done.stdout.strip()
 
 
+CONFIGURE = (
+    "import os, advjax.backend; advjax.backend.configure(); print(os.environ.get('XLA_FLAGS', ''))"
+)
+
+
 @pytest.mark.skipif(
     jaxlib.__version__ not in backend.MEASURED_JAXLIB, reason="flag not measured on this jaxlib"
 )
-def test_importing_advjax_sets_the_flag_unless_opted_out():
-    """`import advjax` in a fresh process sets the flags; ADVJAX_XLA_DEFAULTS=0 keeps XLA_FLAGS."""
-    assert _flags_in_fresh_process({}) == " ".join(backend.CPU_FLAGS)
-    assert _flags_in_fresh_process({backend.OPT_OUT_VARIABLE: "0"}) == ""
+def test_configure_sets_the_flags_unless_opted_out():
+    """`advjax.backend.configure()` in a fresh process sets the flags; ADVJAX_XLA_DEFAULTS=0
+    keeps XLA_FLAGS as it was."""
+    assert _flags_in_fresh_process({}, CONFIGURE) == " ".join(backend.CPU_FLAGS)
+    assert _flags_in_fresh_process({backend.OPT_OUT_VARIABLE: "0"}, CONFIGURE) == ""
     assert jax.default_backend()  # this process runs either way
+
+
+def test_importing_advjax_sets_nothing_and_starts_no_backend():
+    """Importing the library and every entry point changes no XLA flag and starts no JAX
+    backend, so the entry points' `configure()` still takes effect."""
+    code = (
+        "import os, advjax, advjax.text.translate, advjax.text.classify, "
+        "experiments.cifar_robustness.main, experiments.text_robustness.main, "
+        "experiments.seq2seq_robustness.main, benchmarks.run; "
+        "from jax._src import xla_bridge; "
+        "print(os.environ.get('XLA_FLAGS', ''), xla_bridge.backends_are_initialized())"
+    )
+    assert _flags_in_fresh_process({}, code) == "False"

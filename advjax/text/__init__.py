@@ -1,45 +1,36 @@
 """advjax for text: sentence classifiers and translation models under word- and
 character-level attacks, evaluated with the same evidence discipline as the image study.
 
-Data is found through a flag or the ``ADVJAX_TEXT_DIR`` environment variable (a folder
-laid out like ``../shared/data/text``), never a path written into the code.
+Subpackages: `tokenize` (vocabularies, BPE), `data` (SST-2, AdvGLUE, MR, Multi30k),
+`classify` (word-CNN, TextFooler, character edits), `translate` (LSTM and Transformer
+seq2seq, beam search, the attacks of Michel et al. 2019, chrF). Data is found through a flag
+or the ``ADVJAX_TEXT_DIR`` environment variable, never a path written into the code.
 """
 
-TEXT_DIR_ENV = "ADVJAX_TEXT_DIR"
-
-# `advjax.text.score` (the scorer CLI, `python -m advjax.text.score`) is not imported here,
-# so that running it as a module does not import it twice.
-from advjax.text import (  # noqa: E402
-    beam,
-    bpe,
-    char_attacks,
-    charswap,
-    classifier,
-    mt_metrics,
-    multi30k,
-    seq2seq,
-    seq2seq_attack,
-    seq2seq_bpe_attack,
-    sst2,
-    textfooler,
-    transformer,
-    validity,
+from advjax.text._records import (
+    TextCaseRecord,
+    derive_record,
+    gate_group,
+    make_record,
+    status_of,
+    summarise,
+)
+from advjax.text._validity import (
+    Validity,
+    ValidityRule,
+    check_validity,
+    chrf_similarity,
 )
 
 __all__ = [
-    "TEXT_DIR_ENV",
-    "beam",
-    "bpe",
-    "char_attacks",
-    "charswap",
-    "classifier",
-    "mt_metrics",
-    "multi30k",
-    "seq2seq",
-    "seq2seq_attack",
-    "seq2seq_bpe_attack",
-    "sst2",
-    "textfooler",
-    "transformer",
-    "validity",
+    "check_validity",
+    "chrf_similarity",
+    "derive_record",
+    "gate_group",
+    "make_record",
+    "status_of",
+    "summarise",
+    "TextCaseRecord",
+    "Validity",
+    "ValidityRule",
 ]

@@ -17,9 +17,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from advjax.io import atomic_write_text
-from advjax.metrics import format_rate
-from advjax.text.mt_metrics import METRICS, PairScore, score_corpus, summarize
+from advjax.evaluation._metrics import format_rate
+from advjax.io._atomic import atomic_write_text
+from advjax.text.translate._metrics import METRICS, PairScore, score_corpus, summarize
 
 _FILES = ("src", "adv_src", "ref", "out", "adv_out")
 

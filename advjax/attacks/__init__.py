@@ -1,0 +1,92 @@
+"""Pure attacks: FGSM, PGD (with first-break search and chunked runs), APGD, Square, their
+losses and the threat model's geometry.
+
+Every attack takes a pure `logits_fn(x) -> logits` and arrays, an explicit `key`, and works
+under `jit`, `vmap` and `grad`. Nothing here does I/O or imports the evaluation layer.
+"""
+
+from advjax.attacks._apgd import (
+    APGDResult,
+    apgd,
+    apgd_targeted,
+)
+from advjax.attacks._fab import (
+    FABResult,
+    fab,
+    projection_l2,
+    projection_linf,
+)
+from advjax.attacks._losses import (
+    LOSSES,
+    attack_loss,
+    attack_success,
+    per_example_cross_entropy,
+    per_example_dlr,
+    per_example_margin,
+    per_example_targeted_dlr,
+)
+from advjax.attacks._norms import (
+    NORMS,
+    ascent_direction,
+    perturbation_norm,
+    project,
+    random_start,
+)
+from advjax.attacks._pgd import (
+    PGDResult,
+    PGDState,
+    check_budget,
+    check_eps,
+    fgsm,
+    pgd,
+    pgd_finish,
+    pgd_search,
+    pgd_start,
+    pgd_steps,
+    restart_keys,
+)
+from advjax.attacks._square import (
+    SquareResult,
+    margin_loss,
+    p_schedule,
+    square_linf,
+    square_sides,
+)
+
+__all__ = [
+    "apgd",
+    "apgd_targeted",
+    "APGDResult",
+    "ascent_direction",
+    "attack_loss",
+    "attack_success",
+    "check_budget",
+    "check_eps",
+    "fab",
+    "FABResult",
+    "fgsm",
+    "LOSSES",
+    "margin_loss",
+    "NORMS",
+    "p_schedule",
+    "per_example_cross_entropy",
+    "per_example_dlr",
+    "per_example_margin",
+    "per_example_targeted_dlr",
+    "perturbation_norm",
+    "pgd",
+    "pgd_finish",
+    "pgd_search",
+    "pgd_start",
+    "pgd_steps",
+    "PGDResult",
+    "PGDState",
+    "project",
+    "projection_l2",
+    "projection_linf",
+    "random_start",
+    "restart_keys",
+    "square_linf",
+    "square_sides",
+    "SquareResult",
+]

@@ -1,0 +1,351 @@
+"""Auto-PGD (APGD): step-size-free PGD with momentum, CE / DLR losses, L-inf and L2.
+
+APGD starts with step size 2 * eps and halves it per example at fixed checkpoints when the
+attack loss stalls, restarting from the best point found so far; this removes PGD's step
+size as a tuning knob, the main reason plain PGD over-estimates robustness. The DLR loss
+is invariant to shifting and rescaling the logits, so it is not fooled by saturated
+softmax outputs. Same conventions as `advjax.attacks`: a pure `logits_fn`, pixels in
+[0, 1], vmapped restarts, per-example keys and first-break tracking (`PGDResult` rules).
+
+Reference: Croce & Hein, "Reliable evaluation of adversarial robustness with an ensemble
+of diverse parameter-free attacks", ICML 2020.
+"""
+
+import math
+import numbers
+from typing import Callable, NamedTuple, Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from advjax.attacks import _norms as norms
+from advjax.attacks._losses import (
+    per_example_cross_entropy,
+    per_example_dlr,
+    per_example_targeted_dlr,
+)
+from advjax.attacks._norms import ascent_direction, per_example, random_start
+from advjax.attacks._pgd import (
+    _check_inputs,
+    _check_positive_int,
+    _loss_and_grad,
+    check_budget,
+    restart_keys,
+)
+from advjax.types import Array, ArrayLike, LogitsFn
+
+__all__ = ["APGDResult", "apgd", "apgd_targeted", "per_example_dlr", "per_example_targeted_dlr"]
+
+LossFn = Callable[[Array, Array], Array]  # (logits, labels) -> per-example loss to maximise
+
+
+class APGDResult(NamedTuple):
+    """Per-example outcome of an APGD run, with the fields and rules of `PGDResult`.
+
+    Attributes:
+      x_adv: the first misclassified iterate of the earliest restart that broke the
+        example, else the highest-loss iterate over all restarts.
+      broken_step: int32 (restarts, batch): steps after which the example was first
+        misclassified (0 = at the random start), -1 if never.
+      loss: the attack loss (CE or DLR, as chosen) at `x_adv`.
+    """
+
+    x_adv: Array
+    broken_step: Array
+    loss: Array
+
+
+# ---------------------------------------------------------------------------
+# Losses (per example; the attacker maximises them).
+
+
+_LOSS_FNS: dict[str, LossFn] = {"ce": per_example_cross_entropy, "dlr": per_example_dlr}
+
+
+# ---------------------------------------------------------------------------
+# The single-restart search.
+
+
+def _checkpoints(steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Checkpoints w_j = ceil(p_j * steps), p_0 = 0, p_1 = 0.22, p_{j+1} = p_j +
+    max(p_j - p_{j-1} - 0.03, 0.06), as a mask over iterate indices 0..steps and the
+    length w_j - w_{j-1} of the interval ending at each (p in integer hundredths: exact)."""
+    p = [0, 22]
+    while p[-1] + max(p[-1] - p[-2] - 3, 6) <= 100:
+        p.append(p[-1] + max(p[-1] - p[-2] - 3, 6))
+    points = sorted({-(-q * steps // 100) for q in p[1:]} - {0, steps})
+    is_check = np.zeros(steps + 1, bool)
+    interval = np.zeros(steps + 1, np.int32)
+    is_check[points] = True
+    interval[points] = np.diff([0] + points)
+    return is_check, interval
+
+
+class _Kept(NamedTuple):
+    """What a restart returns: the first misclassified iterate, else the highest-loss one."""
+
+    best: Array
+    best_loss: Array
+    broken_step: Array
+
+
+def _keep(kept: _Kept, step, x_k: Array, losses: Array, logits: Array, y: Array) -> _Kept:
+    """Record iterate x_k reached after `step` steps (the rule of `pgd_search`)."""
+    unbroken = kept.broken_step < 0
+    newly_broken = unbroken & (jnp.argmax(logits, axis=-1) != y)
+    improved = unbroken & (newly_broken | (losses > kept.best_loss))
+    return _Kept(
+        best=jnp.where(per_example(improved, x_k), x_k, kept.best),
+        best_loss=jnp.where(improved, losses, kept.best_loss),
+        broken_step=jnp.where(newly_broken, step, kept.broken_step),
+    )
+
+
+def _select_restart(kept: _Kept) -> tuple[Array, Array]:
+    """Per example: earliest broken restart if any broke, else the highest-loss restart."""
+    broken = kept.broken_step >= 0
+    choice = jnp.where(
+        broken.any(axis=0), jnp.argmax(broken, axis=0), jnp.argmax(kept.best_loss, axis=0)
+    )
+    best = jnp.take_along_axis(kept.best, per_example(choice, kept.best[0])[None], axis=0)[0]
+    return best, jnp.take_along_axis(kept.best_loss, choice[None], axis=0)[0]
+
+
+class _APGDState(NamedTuple):
+    x: Array  # current iterate x_k
+    x_prev: Array  # x_{k-1}, for the momentum term
+    grad: Array  # attack-loss gradient at x_k
+    loss: Array  # attack loss at x_k
+    eta: Array  # per-example step size
+    x_max: Array  # highest-loss point so far: where a halving restarts from
+    grad_max: Array
+    loss_max: Array
+    loss_max_at_check: Array  # loss_max at the previous checkpoint (condition 2)
+    halved_at_check: Array  # eta was halved at the previous checkpoint (condition 2)
+    increases: Array  # steps since the previous checkpoint that raised the loss (condition 1)
+    kept: _Kept
+
+
+def _apgd_single_restart(logits_fn, loss_fn, x, y, eps, key, *, steps, norm, rho, alpha) -> _Kept:
+    """One APGD run (Algorithm 1 of the paper) from a uniform random start."""
+    project = lambda v: norms.project(v, x, eps, norm)  # noqa: E731
+    is_check, interval = (jnp.asarray(a) for a in _checkpoints(steps))
+    x0 = project(x + random_start(key, x, eps, norm))
+    loss0, logits0, grad0 = _loss_and_grad(logits_fn, x0, y, loss_fn)
+    kept = _Kept(x0, jnp.full(y.shape, -jnp.inf, loss0.dtype), jnp.full(y.shape, -1, jnp.int32))
+    init = _APGDState(
+        x=x0,
+        x_prev=x0,
+        grad=grad0,
+        loss=loss0,
+        eta=jnp.full(y.shape, 2 * eps, x.dtype),
+        x_max=x0,
+        grad_max=grad0,
+        loss_max=loss0,
+        loss_max_at_check=loss0,
+        halved_at_check=jnp.zeros(y.shape, bool),
+        increases=jnp.zeros(y.shape, jnp.int32),
+        kept=_keep(kept, 0, x0, loss0, logits0, y),
+    )
+
+    def body(k, s: _APGDState) -> _APGDState:
+        z = project(s.x + per_example(s.eta, x) * ascent_direction(s.grad, norm))
+        a = jnp.where(k == 0, 1.0, alpha).astype(x.dtype)  # no momentum on the first step
+        x_next = project(s.x + a * (z - s.x) + (1 - a) * (s.x - s.x_prev))
+        loss, logits, grad = _loss_and_grad(logits_fn, x_next, y, loss_fn)
+        better = loss > s.loss_max
+        x_max = jnp.where(per_example(better, x), x_next, s.x_max)
+        grad_max = jnp.where(per_example(better, x), grad, s.grad_max)
+        loss_max = jnp.where(better, loss, s.loss_max)
+        increases = s.increases + (loss > s.loss).astype(jnp.int32)
+
+        # At a checkpoint: halve eta and go back to x_max where the loss rose in fewer than
+        # a fraction rho of the steps (1), or neither eta nor the best loss moved (2).
+        check = is_check[k + 1]
+        cond1 = increases < rho * interval[k + 1]
+        cond2 = ~s.halved_at_check & (loss_max <= s.loss_max_at_check)
+        halve = check & (cond1 | cond2)
+        back = per_example(halve, x)
+        return _APGDState(
+            x=jnp.where(back, x_max, x_next),
+            x_prev=jnp.where(back, x_max, s.x),  # a restart carries no momentum
+            grad=jnp.where(back, grad_max, grad),
+            loss=jnp.where(halve, loss_max, loss),
+            eta=jnp.where(halve, s.eta / 2, s.eta),
+            x_max=x_max,
+            grad_max=grad_max,
+            loss_max=loss_max,
+            loss_max_at_check=jnp.where(check, loss_max, s.loss_max_at_check),
+            halved_at_check=jnp.where(check, halve, s.halved_at_check),
+            increases=jnp.where(check, 0, increases),
+            kept=_keep(s.kept, k + 1, x_next, loss, logits, y),
+        )
+
+    return lax.fori_loop(0, steps, body, init).kept
+
+
+# ---------------------------------------------------------------------------
+# Argument checks and the public attacks.
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+
+
+def _check_fraction(name: str, value, *, allow_zero: bool) -> None:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not ok or math.isnan(value) or not (0.0 <= value <= 1.0) or (value == 0 and not allow_zero):
+        interval = "[0, 1]" if allow_zero else "(0, 1]"
+        raise ValueError(f"{name}={value!r} must be a number in {interval}")
+
+
+def _prepare(x, y, eps, key, *, steps, norm, restarts, first_restart, rho, alpha):
+    """Validate everything static before tracing; return x, y, eps and the restart keys."""
+    check_budget(eps, norm)
+    _check_positive_int("steps", steps)
+    _check_positive_int("restarts", restarts)
+    _check_int("first_restart", first_restart, 0)
+    _check_fraction("rho", rho, allow_zero=True)
+    _check_fraction("alpha", alpha, allow_zero=False)
+    x, y = _check_inputs(x, y)
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)  # legacy uint32 keys, shape (2,) or (batch, 2)
+    if key.ndim not in (0, 1) or (key.ndim == 1 and key.shape[0] != y.shape[0]):
+        raise ValueError(
+            f"key must be one PRNG key or one per example (shape ({y.shape[0]},)), "
+            f"got shape {key.shape}"
+        )
+    return x, y, jnp.asarray(eps, x.dtype), restart_keys(key, restarts, first_restart)
+
+
+def _run(logits_fn, loss_fn, x, y, eps, keys, **options) -> APGDResult:
+    """All restarts under `jax.vmap`, then the per-example choice of `pgd_search`."""
+    kept = jax.vmap(lambda k: _apgd_single_restart(logits_fn, loss_fn, x, y, eps, k, **options))(
+        keys
+    )
+    x_adv, loss = _select_restart(kept)
+    chex.assert_equal_shape((x_adv, x))
+    chex.assert_shape(kept.broken_step, (keys.shape[0], y.shape[0]))
+    return APGDResult(x_adv=x_adv, broken_step=kept.broken_step, loss=loss)
+
+
+def apgd(
+    logits_fn: LogitsFn,
+    x: ArrayLike,
+    y: ArrayLike,
+    eps: float | ArrayLike,
+    *,
+    key: jax.Array,
+    steps: int = 100,
+    norm: str = "linf",
+    loss: str = "ce",
+    restarts: int = 1,
+    first_restart: int = 0,
+    rho: float = 0.75,
+    alpha: float = 0.75,
+) -> APGDResult:
+    """Untargeted Auto-PGD on the cross-entropy ("ce") or DLR ("dlr") loss.
+
+    Each restart starts uniformly in the eps-ball, steps with momentum and step size
+    2 * eps, and halves the step size per example at the checkpoints where the loss
+    stalls, going back to its best point. Robust accuracy is the share of examples that
+    no iterate of any restart misclassified.
+
+    Args:
+      logits_fn: pure function from a batch of pixels in [0, 1] to logits.
+      x: float batch of inputs in [0, 1], leading axis the examples.
+      y: integer true labels, shape (batch,).
+      eps: budget in pixel units: in [0, 1] for "linf", finite >= 0 for "l2"; eps=0
+        returns x unchanged. May be traced.
+      key: one PRNG key, or one per example (shape (batch,)); restart r of example i then
+        uses fold_in(key[i], r), as in `advjax.attacks.restart_keys`.
+      steps: gradient steps per restart, >= 1 (steps + 1 gradient evaluations).
+      norm: "linf" (sign steps) or "l2" (steps along grad / ||grad||_2).
+      loss: "ce" (cross-entropy) or "dlr" (Difference of Logits Ratio, >= 3 classes).
+      restarts: random restarts, >= 1, run with `jax.vmap`.
+      first_restart: index of the first restart (its key), to run restarts one by one.
+      rho: condition-1 threshold: halve where the loss rose in < rho of the steps.
+      alpha: momentum weight in (0, 1]; 1 is plain projected steps.
+
+    Returns:
+      An `APGDResult` (x_adv like x, broken_step (restarts, batch), loss (batch,)).
+
+    Raises:
+      ValueError / TypeError: bad eps, steps, restarts, rho, alpha, key shape, unknown
+        norm or loss, wrong ranks, shapes or dtypes.
+
+    Example:
+      >>> result = apgd(logits_fn, x, y, 8 / 255, key=jax.random.key(0), loss="dlr")
+
+    Reference: Croce & Hein, "Reliable evaluation of adversarial robustness with an
+    ensemble of diverse parameter-free attacks", ICML 2020.
+    """
+    if loss not in _LOSS_FNS:
+        raise ValueError(f"loss={loss!r} must be one of {tuple(_LOSS_FNS)}")
+    options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
+    x, y, eps, keys = _prepare(
+        x, y, eps, key, restarts=restarts, first_restart=first_restart, **options
+    )
+    return _run(logits_fn, _LOSS_FNS[loss], x, y, eps, keys, **options)
+
+
+def apgd_targeted(
+    logits_fn: LogitsFn,
+    x: ArrayLike,
+    y: ArrayLike,
+    eps: float | ArrayLike,
+    *,
+    key: jax.Array,
+    steps: int = 100,
+    norm: str = "linf",
+    target_ranks: Sequence[int] = (2,),
+    restarts: int = 1,
+    first_restart: int = 0,
+    rho: float = 0.75,
+    alpha: float = 0.75,
+) -> APGDResult:
+    """APGD-T: APGD on the targeted DLR loss, toward each class of `target_ranks` in turn.
+
+    Rank r is the class with the r-th highest clean logit (2 = runner-up; AutoAttack uses
+    ranks 2..10). Targets run one after another under `lax.scan`, each with the same
+    restart keys, and the per-example worst case is kept: broken_step has shape
+    (len(target_ranks) * restarts, batch), target-major, and x_adv is the first break of
+    the earliest breaking (target, restart), else the highest-loss point. An example is
+    broken when misclassified as any class. Other arguments as in `apgd`; the result's
+    `loss` is the targeted DLR loss (>= 4 classes needed).
+
+    Example:
+      >>> result = apgd_targeted(logits_fn, x, y, 8 / 255, key=key, target_ranks=range(2, 11))
+    """
+    target_ranks = tuple(target_ranks)
+    if not target_ranks:
+        raise ValueError("target_ranks must name at least one rank (2 = runner-up class)")
+    for rank in target_ranks:
+        _check_int("each of target_ranks", rank, 2)
+    options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
+    x, y, eps, keys = _prepare(
+        x, y, eps, key, restarts=restarts, first_restart=first_restart, **options
+    )
+    clean_logits = logits_fn(x)
+    if max(target_ranks) > clean_logits.shape[-1]:
+        raise ValueError(f"{target_ranks=} exceed the {clean_logits.shape[-1]} classes")
+    ranked = jnp.argsort(clean_logits, axis=-1, descending=True)
+
+    def one_target(carry, rank):
+        x_sel, loss_sel, broken_sel = carry
+        targets = lax.dynamic_index_in_dim(ranked, rank - 1, axis=1, keepdims=False)
+        loss_fn = lambda logits, labels: per_example_targeted_dlr(logits, labels, targets)  # noqa: E731
+        result = _run(logits_fn, loss_fn, x, y, eps, keys, **options)
+        broken = (result.broken_step >= 0).any(axis=0)
+        take = ~broken_sel & (broken | (result.loss > loss_sel))
+        x_sel = jnp.where(per_example(take, x), result.x_adv, x_sel)
+        loss_sel = jnp.where(take, result.loss, loss_sel)
+        return (x_sel, loss_sel, broken_sel | broken), result.broken_step
+
+    init = (x, jnp.full(y.shape, -jnp.inf, x.dtype), jnp.zeros(y.shape, bool))
+    (x_adv, loss, _), broken_step = lax.scan(one_target, init, jnp.asarray(target_ranks))
+    return APGDResult(x_adv, broken_step.reshape(-1, y.shape[0]), loss)

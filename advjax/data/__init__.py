@@ -1,0 +1,33 @@
+"""CIFAR-10: the binary-layout reader and writer, the tfds fallback, and the study's splits."""
+
+from advjax.data._cifar10 import (
+    CLASS_NAMES,
+    DATA_DIR_ENV,
+    RECORD_BYTES,
+    Cifar10,
+    DataError,
+    fingerprint,
+    load_cifar10,
+    read_binary_batch,
+    write_binary_batch,
+)
+from advjax.data._splits import (
+    StudySplits,
+    stratified_indices,
+    study_splits,
+)
+
+__all__ = [
+    "Cifar10",
+    "CLASS_NAMES",
+    "DATA_DIR_ENV",
+    "DataError",
+    "fingerprint",
+    "load_cifar10",
+    "read_binary_batch",
+    "RECORD_BYTES",
+    "stratified_indices",
+    "study_splits",
+    "StudySplits",
+    "write_binary_batch",
+]

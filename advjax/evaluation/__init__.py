@@ -1,0 +1,171 @@
+"""The evidence layer: a declared threat model, attacks run case by case into append-only
+records, every number from the records (with counts and Wilson intervals), sanity checks,
+the run summary and the release gate.
+
+The pipeline: `ThreatModel` + `AttackSpec` -> `run_attack` / `run_ensemble` (records, with
+early stop) -> `aggregate_records` -> `run_checks` -> `run_summary` -> `decide`.
+"""
+
+from advjax.evaluation._aggregate import (
+    aggregate_records,
+    budget_curves,
+    find_group,
+    group_records,
+    per_class,
+    summarise_group,
+    worst_class,
+)
+from advjax.evaluation._attack_spec import (
+    METHODS,
+    AttackSpec,
+    check_within_threat_model,
+)
+from advjax.evaluation._batch import (
+    make_attack_fn,
+)
+from advjax.evaluation._campaign import (
+    ListLog,
+    attack_group,
+    model_hash,
+    replay_record,
+    run_attack,
+)
+from advjax.evaluation._early_stop import (
+    Outcome,
+    Program,
+    attack_cases,
+    make_program,
+)
+from advjax.evaluation._ensemble import (
+    ENSEMBLE,
+    ensemble_records,
+    run_ensemble,
+)
+from advjax.evaluation._gate import (
+    Decision,
+    PolicyError,
+    Reason,
+    decide,
+    format_decision,
+    load_policy,
+    parse_eps,
+    parse_policy,
+)
+from advjax.evaluation._keys import (
+    case_keys,
+    key_from_path,
+)
+from advjax.evaluation._metrics import (
+    attack_summary,
+    format_rate,
+    rate,
+    wilson_interval,
+)
+from advjax.evaluation._records import (
+    ROBUST_STATUSES,
+    STATUSES,
+    CaseRecord,
+    RecordError,
+    RecordLog,
+    classify_status,
+    read_records,
+)
+from advjax.evaluation._sanity import (
+    Check,
+    check_eps_zero,
+    check_finite_loss,
+    check_large_eps,
+    check_monotone_curve,
+    check_monotone_eps,
+    check_perturbations,
+    check_pgd_not_weaker_than_fgsm,
+    check_transfer_not_stronger,
+    check_zero_gradients,
+    run_checks,
+    zero_gradient_fraction,
+)
+from advjax.evaluation._scoring import (
+    records_from_arrays,
+)
+from advjax.evaluation._summary import (
+    SCHEMA,
+    SummaryError,
+    read_run_summary,
+    run_summary,
+    write_run_summary,
+)
+from advjax.evaluation._threat_model import (
+    UNTARGETED,
+    ThreatModel,
+    format_eps,
+    require_threat_model,
+)
+
+__all__ = [
+    "aggregate_records",
+    "attack_cases",
+    "attack_group",
+    "attack_summary",
+    "AttackSpec",
+    "budget_curves",
+    "case_keys",
+    "CaseRecord",
+    "Check",
+    "check_eps_zero",
+    "check_finite_loss",
+    "check_large_eps",
+    "check_monotone_curve",
+    "check_monotone_eps",
+    "check_perturbations",
+    "check_pgd_not_weaker_than_fgsm",
+    "check_transfer_not_stronger",
+    "check_within_threat_model",
+    "check_zero_gradients",
+    "classify_status",
+    "decide",
+    "Decision",
+    "ENSEMBLE",
+    "ensemble_records",
+    "find_group",
+    "format_decision",
+    "format_eps",
+    "format_rate",
+    "group_records",
+    "key_from_path",
+    "ListLog",
+    "load_policy",
+    "make_attack_fn",
+    "make_program",
+    "METHODS",
+    "model_hash",
+    "Outcome",
+    "parse_eps",
+    "parse_policy",
+    "per_class",
+    "PolicyError",
+    "Program",
+    "rate",
+    "read_records",
+    "read_run_summary",
+    "Reason",
+    "RecordError",
+    "RecordLog",
+    "records_from_arrays",
+    "replay_record",
+    "require_threat_model",
+    "ROBUST_STATUSES",
+    "run_attack",
+    "run_checks",
+    "run_ensemble",
+    "run_summary",
+    "SCHEMA",
+    "STATUSES",
+    "summarise_group",
+    "SummaryError",
+    "ThreatModel",
+    "UNTARGETED",
+    "wilson_interval",
+    "worst_class",
+    "write_run_summary",
+    "zero_gradient_fraction",
+]

@@ -1,0 +1,246 @@
+"""Running attacks case by case into an append-only record log.
+
+An evaluation campaign is a declared `ThreatModel`, one or more models and a list of
+`AttackSpec`s. `run_attack` attacks every case at every eps of a spec and appends one
+`CaseRecord` per case to a `RecordLog` as soon as the case is final, so that a killed
+run resumes where it stopped and every aggregate is computed from the records alone.
+
+Randomness: case `i` of a group (model, attack, eps) uses the key named by the path
+`root_path + [model, attack, eps, i]` (`advjax.evaluation`); restart `r` of that case uses
+`fold_in(case key, r)`. Restarts run one after another over the cases still unbroken
+(a broken case is final: the earliest breaking restart decides it), in batches padded
+to a fixed `batch_size`, and within a restart broken cases stop between chunks of steps
+(`advjax.evaluation`). Per-example results do not depend on which other cases share
+the batch, so `replay_record` re-runs any one record alone and gets the same record.
+"""
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from advjax.evaluation._attack_spec import METHODS, AttackSpec, check_within_threat_model
+from advjax.evaluation._early_stop import Outcome, Program, attack_cases, make_program
+from advjax.evaluation._keys import case_keys, key_from_path
+from advjax.evaluation._records import CaseRecord, RecordLog
+from advjax.evaluation._scoring import records_from_arrays
+from advjax.evaluation._threat_model import ThreatModel, format_eps, require_threat_model
+from advjax.io._progress import Progress
+from advjax.types import LogitsFn
+
+__all__ = [
+    "METHODS",
+    "AttackSpec",
+    "check_within_threat_model",
+    "make_program",
+    "model_hash",
+    "run_attack",
+    "attack_group",
+    "replay_record",
+    "ListLog",
+]
+
+
+def model_hash(path) -> str:
+    """First 16 hex digits of the SHA-256 of a checkpoint file."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()[:16]
+
+
+def run_attack(
+    log: RecordLog,
+    *,
+    threat_model: ThreatModel,
+    spec: AttackSpec,
+    model: str,
+    model_hash: str,
+    logits_fn: LogitsFn,
+    x: np.ndarray,
+    y: np.ndarray,
+    case_ids: Sequence[int],
+    root_path: Sequence[int | str],
+    source_fn: LogitsFn | None = None,
+    source_hash: str | None = None,
+    show_progress: bool = True,
+    log_line: Callable[[str], None] = print,
+) -> int:
+    """Attack the cases not yet in `log` at every eps of `spec`; return records appended.
+
+    Args:
+      log: the run's record log (cases already in it are skipped: resume).
+      threat_model: declared before the run; the spec must fit inside it.
+      spec, model, model_hash, logits_fn: the attack and the evaluated model.
+      x, y, case_ids: the evaluation cases (pixels in [0, 1], labels, stable ids).
+      root_path: key path of the run, e.g. [seed, "attack"]; case keys extend it.
+      source_fn, source_hash: the surrogate of a transfer attack (spec.source set).
+
+    Raises:
+      ValueError: no threat model, a spec outside it, a transfer spec without surrogate,
+        or records of this (model, attack) in `log` made with other hashes.
+    """
+    threat_model = require_threat_model(threat_model)
+    check_within_threat_model(spec, threat_model)
+    if (spec.source is None) != (source_fn is None):
+        raise ValueError(f"attack {spec.name!r}: pass source_fn exactly when spec.source is set")
+    x, y, ids = np.asarray(x, np.float32), np.asarray(y), np.asarray(case_ids)
+    if x.ndim != 4 or len(x) != len(y) or len(y) != len(ids) or len(np.unique(ids)) != len(ids):
+        raise ValueError(
+            f"need x (n, h, w, c), y (n,), unique case_ids (n,): {x.shape=} {y.shape=} {ids.shape=}"
+        )
+    attack_hash = spec.config_hash(source_hash)
+    stale = log.hashes(model, spec.name) - {(model_hash, attack_hash, threat_model.digest())}
+    if stale:
+        raise ValueError(
+            f"{log.path} holds {model}/{spec.name} records made with other (model, attack, "
+            f"threat model) hashes {sorted(stale)}: write to a new record file (or --force)"
+        )
+    program = make_program(logits_fn, spec, source_fn)
+    written = 0
+    for eps in spec.eps:
+        todo = np.array(
+            [i for i, c in enumerate(ids) if (model, spec.name, eps, int(c)) not in log], int
+        )
+        if not len(todo):
+            continue
+        started = time.perf_counter()
+        written += attack_group(
+            log,
+            program,
+            threat_model=threat_model,
+            spec=spec,
+            attack_hash=attack_hash,
+            model=model,
+            model_hash=model_hash,
+            x=x[todo],
+            y=y[todo],
+            case_ids=ids[todo],
+            eps=eps,
+            group_path=[*root_path, model, spec.name, format_eps(eps)],
+            show_progress=show_progress,
+        )
+        log_line(
+            f"[attack] {model} {spec.name} eps {format_eps(eps)}: {len(todo):,} cases in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
+    return written
+
+
+def attack_group(
+    log,
+    program: Program,
+    *,
+    threat_model: ThreatModel,
+    spec: AttackSpec,
+    attack_hash: str,
+    model: str,
+    model_hash: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    case_ids: np.ndarray,
+    eps: float,
+    group_path: Sequence[int | str],
+    show_progress: bool = False,
+    on_x_adv: Callable[[dict], None] | None = None,
+) -> int:
+    """Attack the given cases at one eps, appending each record once final; return how many.
+
+    `on_x_adv`, if given, receives {case_id: adversarial input} of every final case.
+    """
+    keys = case_keys(key_from_path(group_path), case_ids)
+    bar = Progress(len(y), f"[attack] {model} {spec.name} eps {format_eps(eps)}", show_progress)
+    written = 0
+
+    def on_final(done: np.ndarray, state: Outcome) -> None:
+        nonlocal written
+        if on_x_adv is not None:
+            on_x_adv({int(case_ids[i]): state.x_adv[i].copy() for i in done})
+        run = state.by_restart[:, done]
+        written += log.append(
+            records_from_arrays(
+                threat_model=threat_model,
+                eps=eps,
+                model=model,
+                model_hash=model_hash,
+                attack=spec.name,
+                attack_config_hash=attack_hash,
+                case_ids=case_ids[done],
+                labels=y[done],
+                clean_pred=state.clean_pred[done],
+                adv_pred=state.adv_pred[done],
+                loss=state.loss[done],
+                x=x[done],
+                x_adv=state.x_adv[done],
+                queries=np.where(run == -2, 0, np.where(run >= 0, run, spec.steps_per_restart)).sum(
+                    axis=0
+                ),
+                budget_capped=state.capped[done],
+                broken_step=None if spec.source else np.where(run == -2, -1, run),
+                key_path_prefix=group_path,
+            )
+        )
+
+    attack_cases(program, spec, x, y, eps, keys, on_final=on_final, progress=bar)
+    bar.close()
+    return written
+
+
+def replay_record(
+    record: CaseRecord,
+    *,
+    threat_model: ThreatModel,
+    spec: AttackSpec,
+    logits_fn: LogitsFn,
+    x: np.ndarray,
+    y: int,
+    source_fn: LogitsFn | None = None,
+    source_hash: str | None = None,
+) -> CaseRecord:
+    """Re-run one record's case alone from its key path and configs; return the new record.
+
+    Equal to `record` (compare `to_dict()`) when the model, attack and threat model are
+    the ones that wrote it.
+
+    Raises:
+      ValueError: the record's attack config or threat-model hash differ from the ones given.
+    """
+    attack_hash = spec.config_hash(source_hash)
+    if (record.attack_config_hash, record.threat_model_hash) != (
+        attack_hash,
+        threat_model.digest(),
+    ):
+        raise ValueError(
+            f"record was made with attack config {record.attack_config_hash} and threat model "
+            f"{record.threat_model_hash}; given {attack_hash} and {threat_model.digest()}"
+        )
+    if record.eps not in spec.eps:
+        raise ValueError(f"record eps {record.eps} is not one of the spec's {spec.eps}")
+    out: list[CaseRecord] = []
+    attack_group(
+        ListLog(out),
+        make_program(logits_fn, spec, source_fn),
+        threat_model=threat_model,
+        spec=spec,
+        attack_hash=attack_hash,
+        model=record.model,
+        model_hash=record.model_hash,
+        x=np.asarray(x, np.float32)[None],
+        y=np.asarray([y]),
+        case_ids=np.asarray([record.case_id]),
+        eps=record.eps,
+        group_path=record.key_path[:-1],
+    )
+    (new,) = out
+    return new
+
+
+class ListLog:
+    """A `RecordLog` stand-in for `attack_group` that keeps the records in a list (replay)."""
+
+    def __init__(self, out: list):
+        self.out, self.path = out, "<replay>"
+
+    def append(self, records) -> int:
+        records = list(records)
+        self.out.extend(records)
+        return len(records)

@@ -1,0 +1,267 @@
+"""Attacking many cases without spending compute on cases that are already broken.
+
+Under the "ever broken" rule a case's outcome is final at the first misclassified
+iterate, so PGD runs in chunks of steps, and between chunks the still-unbroken cases are
+compacted into fixed-size batches (padded, so one compiled program serves every batch);
+restarts run one after another over the cases no earlier restart broke. The result is
+the one of running every step of every restart on every case (tested), at a fraction of
+the cost on an undefended model.
+
+Per-example results do not depend on the other cases of a batch (one PRNG key per case,
+batch size fixed), which is what makes compaction and single-case replay exact.
+"""
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from advjax.attacks._apgd import apgd, apgd_targeted
+from advjax.attacks._losses import per_example_cross_entropy
+from advjax.attacks._pgd import PGDState, fgsm, pgd_finish, pgd_search, pgd_start, restart_keys
+from advjax.attacks._pgd import pgd_steps as run_pgd_steps
+from advjax.attacks._square import square_linf
+from advjax.evaluation._attack_spec import AttackSpec
+from advjax.io._progress import Progress
+from advjax.types import LogitsFn
+
+
+class Program(NamedTuple):
+    """The jitted pieces of one attack on one model.
+
+    search(x, y, eps, keys, restart) -> (clean_pred, x_adv, adv_pred, loss, broken, capped):
+      one whole restart of fgsm, apgd_* or square (broken: queries to the first break).
+    start(x, y, eps, keys, restart) -> (clean_pred, PGDState)
+    steps(state, x, y, eps, start, stop) -> PGDState
+    finish(state, y) -> (x_adv, adv_pred, loss, broken_step): pgd, in chunks of steps.
+    """
+
+    search: Callable
+    start: Callable
+    steps: Callable
+    finish: Callable
+
+
+def _search(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, keys, restart):
+    """(x_adv, broken, capped) of one restart of a non-chunked method."""
+    never = jnp.full(y.shape, -1, jnp.int32)
+    if spec.method == "fgsm":
+        x_adv = fgsm(craft_fn, x, y, eps, norm=spec.norm)
+        wrong = jnp.argmax(craft_fn(x_adv), axis=-1) != y
+        return x_adv, jnp.where(wrong, 1, -1).astype(jnp.int32), jnp.zeros_like(wrong)
+    if spec.method == "square":
+        keys = restart_keys(keys, 1, restart)[0]
+        r = square_linf(craft_fn, x, y, eps, key=keys, queries=spec.steps, p_init=spec.p_init)
+        return r.x_adv, jnp.where(r.success, r.queries_used, -1), r.budget_exhausted
+    common = dict(key=keys, steps=spec.steps, restarts=1, first_restart=restart, norm=spec.norm)
+    if spec.method == "pgd_t":
+        return _targeted_pgd(craft_fn, spec, x, y, eps, common)
+    if spec.method == "apgd_t":
+        r = apgd_targeted(craft_fn, x, y, eps, target_ranks=range(2, 2 + spec.targets), **common)
+        hit = r.broken_step >= 0  # (targets, batch), targets in order
+        first = jnp.argmax(hit, axis=0)
+        step = jnp.take_along_axis(r.broken_step, first[None], axis=0)[0]
+        broken = jnp.where(hit.any(axis=0), first * spec.steps + step, never)
+        return r.x_adv, broken.astype(jnp.int32), jnp.zeros(y.shape, bool)
+    r = apgd(craft_fn, x, y, eps, loss=spec.method.removeprefix("apgd_"), **common)
+    return r.x_adv, r.broken_step[0], jnp.zeros(y.shape, bool)
+
+
+def _targeted_pgd(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, common):
+    """Targeted PGD towards the 2nd .. (targets + 1)th highest clean logit in turn; a case
+    is broken once misclassified (any class), at the first target that does it."""
+    ranked = jnp.argsort(-craft_fn(x), axis=-1)
+    x_adv, broken = x, jnp.full(y.shape, -1, jnp.int32)
+    best_loss = jnp.full(y.shape, -jnp.inf, x.dtype)
+    for t in range(spec.targets):
+        target = ranked[:, t + 1]
+        target = jnp.where(target == y, ranked[:, 0], target)  # a misclassified clean case
+        r = pgd_search(
+            craft_fn,
+            x,
+            y,
+            eps,
+            step_size=spec.step_fraction * eps,
+            loss=spec.loss,
+            target=target,
+            **(common | {"first_restart": t}),
+        )
+        logits = craft_fn(r.x_adv)
+        wrong = jnp.argmax(logits, axis=-1) != y
+        untargeted = per_example_cross_entropy(logits, y)
+        first = (broken < 0) & wrong
+        keep = first | ((broken < 0) & ~wrong & (untargeted > best_loss))
+        x_adv = jnp.where(keep[:, None, None, None], r.x_adv, x_adv)
+        best_loss = jnp.where(keep, untargeted, best_loss)
+        step = r.broken_step[0]  # misclassified elsewhere than the target: count the run
+        broken = jnp.where(first, t * spec.steps + jnp.where(step >= 0, step, spec.steps), broken)
+    return x_adv, broken, jnp.zeros(y.shape, bool)
+
+
+def make_program(logits_fn: LogitsFn, spec: AttackSpec, source_fn: LogitsFn | None = None):
+    """The attack's jitted pieces; inputs are crafted on `source_fn` when given (transfer).
+
+    A transfer attack tracks breaks on the surrogate (it stops where the surrogate is
+    fooled, as `pgd_search` would) and reports broken_step -1: no search ran on the target.
+    """
+    craft_fn = logits_fn if source_fn is None else source_fn
+
+    def target_outcome(x_adv, y):
+        logits = logits_fn(x_adv)
+        return jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y)
+
+    def search(x, y, eps, keys, restart):
+        x_adv, broken, capped = _search(craft_fn, spec, x, y, eps, keys, restart)
+        adv_pred, loss = target_outcome(x_adv, y)
+        if source_fn is not None:
+            broken = jnp.full_like(broken, -1)
+        return jnp.argmax(logits_fn(x), axis=-1), x_adv, adv_pred, loss, broken, capped
+
+    def start(x, y, eps, keys, restart):
+        state = pgd_start(x, eps, restart_keys(keys, 1, restart)[0], spec.norm)
+        return jnp.argmax(logits_fn(x), axis=-1), state
+
+    def steps(state, x, y, eps, lo, hi):
+        return run_pgd_steps(
+            craft_fn,
+            state,
+            x,
+            y,
+            eps,
+            spec.step_fraction * eps,
+            lo,
+            hi,
+            norm=spec.norm,
+            loss=spec.loss,
+        )
+
+    def finish(state, y):
+        state = pgd_finish(craft_fn, state, y, spec.steps, loss=spec.loss)
+        adv_pred, loss = target_outcome(state.best, y)
+        broken = state.broken_step if source_fn is None else jnp.full_like(y, -1)
+        return state.best, adv_pred, loss, broken
+
+    return Program(
+        jax.jit(search, static_argnums=4),
+        jax.jit(start, static_argnums=4),
+        jax.jit(steps),
+        jax.jit(finish),
+    )
+
+
+@dataclasses.dataclass
+class Outcome:
+    """Host-side outcome of every case at one eps, filled in as cases become final."""
+
+    clean_pred: np.ndarray
+    adv_pred: np.ndarray
+    loss: np.ndarray
+    x_adv: np.ndarray
+    by_restart: np.ndarray  # (restarts, n): break step, -1 never, -2 not run
+    capped: np.ndarray  # the search stopped at its query cap without success
+
+
+def _batches(index: np.ndarray, size: int):
+    """Chunks of `index`, each padded with its first entry to `size` (one compiled shape)."""
+    for start in range(0, len(index), size):
+        part = index[start : start + size]
+        yield part, np.concatenate([part, np.full(size - len(part), part[0], part.dtype)])
+
+
+def attack_cases(
+    program: Program,
+    spec: AttackSpec,
+    x: np.ndarray,
+    y: np.ndarray,
+    eps: float,
+    keys: jax.Array,
+    *,
+    on_final: Callable[[np.ndarray, Outcome], None],
+    progress: Progress | None = None,
+) -> Outcome:
+    """Attack every case at eps; call `on_final(positions, outcome)` as cases become final.
+
+    A case is final when a restart breaks it (the earliest breaking restart decides, at
+    its first misclassified iterate) or after the last restart (the highest-loss input
+    over its restarts is kept).
+    """
+    n = len(y)
+    out = Outcome(
+        clean_pred=np.full(n, -1, np.int64),
+        adv_pred=np.full(n, -1, np.int64),
+        loss=np.full(n, -np.inf, np.float64),
+        x_adv=np.array(x, np.float32, copy=True),
+        by_restart=np.full((spec.restarts, n), -2, np.int32),
+        capped=np.zeros(n, bool),
+    )
+    eps_value = jnp.float32(eps)
+
+    def settle(index: np.ndarray, x_adv, adv, loss, broken, restart, last, capped=None) -> None:
+        out.by_restart[restart, index] = broken
+        if capped is not None:
+            out.capped[index] = capped & (broken < 0)
+        better = (broken >= 0) | (loss > out.loss[index])
+        take = index[better]
+        out.adv_pred[take], out.loss[take], out.x_adv[take] = (
+            adv[better],
+            loss[better],
+            x_adv[better],
+        )
+        done = index[(broken >= 0) | last]
+        if len(done):
+            on_final(done, out)
+            if progress is not None:
+                progress.update(len(done))
+
+    if spec.method != "pgd":
+        remaining = np.arange(n)
+        for restart in range(spec.restarts):
+            last = restart == spec.restarts - 1
+            for part, index in _batches(remaining, spec.batch_size):
+                clean, x_adv, adv, loss, broken, capped = (
+                    np.asarray(a)[: len(part)]
+                    for a in program.search(x[index], y[index], eps_value, keys[index], restart)
+                )
+                out.clean_pred[part] = clean
+                settle(part, x_adv, adv, loss, broken, restart, last, capped)
+            remaining = remaining[out.by_restart[restart, remaining] < 0]
+            if not len(remaining):
+                break
+        return out
+
+    remaining = np.arange(n)
+    for restart in range(spec.restarts):
+        last = restart == spec.restarts - 1
+        fields = [
+            np.zeros((n, *x.shape[1:]), np.float32),
+            None,
+            np.zeros(n, np.float32),
+            np.zeros(n, np.int32),
+        ]
+        fields[1] = np.zeros_like(fields[0])
+        for part, index in _batches(remaining, spec.batch_size):
+            clean, state = program.start(x[index], y[index], eps_value, keys[index], restart)
+            out.clean_pred[part] = np.asarray(clean)[: len(part)]
+            for field, value in zip(fields, state):
+                field[part] = np.asarray(value)[: len(part)]
+        active = remaining
+        for lo in range(0, spec.steps, spec.chunk_steps):
+            hi = min(spec.steps, lo + spec.chunk_steps)
+            for part, index in _batches(active, spec.batch_size):
+                state = PGDState(*(jnp.asarray(f[index]) for f in fields))
+                state = program.steps(state, x[index], y[index], eps_value, lo, hi)
+                for field, value in zip(fields, state):
+                    field[part] = np.asarray(value)[: len(part)]
+            ended = active if hi == spec.steps else active[fields[3][active] >= 0]
+            for part, index in _batches(ended, spec.batch_size):
+                state = PGDState(*(jnp.asarray(f[index]) for f in fields))
+                results = (np.asarray(a)[: len(part)] for a in program.finish(state, y[index]))
+                settle(part, *results, restart, last)
+            active = np.setdiff1d(active, ended)
+        remaining = remaining[out.by_restart[restart, remaining] < 0]
+        if not len(remaining):
+            break
+    return out

@@ -1,0 +1,3 @@
+"""Where the text data is found."""
+
+TEXT_DIR_ENV = "ADVJAX_TEXT_DIR"

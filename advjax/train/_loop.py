@@ -1,0 +1,184 @@
+"""The training loop: epochs of jitted steps, per-epoch validation, best checkpoint.
+
+Optionally with a catastrophic-overfitting sentinel (advjax.train): a fixed PGD probe
+per epoch, stopping on a collapse, and selection by robust validation accuracy.
+"""
+
+import time
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from advjax.io._progress import Progress
+from advjax.train._sentinel import SentinelConfig, collapse_flags, make_probe
+from advjax.train._sharding import check_batch_size, replicate, sharded_train_step
+from advjax.train._state import TrainConfig, create_train_state, make_train_step, train_step_fn
+from advjax.train._steps import Batch, TrainState, eval_step
+
+_PROGRESS_EVERY = 20  # steps between progress updates; each one waits for the device
+
+
+class FitResult(NamedTuple):
+    """The best-by-validation state and the per-epoch history of a `fit` run.
+
+    `best_val_accuracy` is the clean validation accuracy of `best_epoch` (the maximum
+    unless a sentinel selects by another criterion).
+    """
+
+    state: TrainState
+    history: list[dict]
+    best_epoch: int
+    best_val_accuracy: float
+
+
+def evaluate(state: TrainState, images: np.ndarray, labels: np.ndarray, batch_size: int = 500):
+    """Accuracy and mean loss of the eval-mode model on uint8 images."""
+    correct, loss_sum = 0, 0.0
+    for start in range(0, len(labels), batch_size):
+        batch = Batch(
+            jnp.asarray(images[start : start + batch_size]),
+            jnp.asarray(labels[start : start + batch_size]),
+        )
+        out = eval_step(state, batch)
+        correct += int(out["correct"])
+        loss_sum += float(out["loss_sum"])
+    n = len(labels)
+    return {"accuracy": correct / n, "correct": correct, "total": n, "loss": loss_sum / n}
+
+
+def fit(
+    config: TrainConfig,
+    train: Batch,
+    val: Batch,
+    *,
+    show_progress: bool = True,
+    log: Callable[[str], None] = print,
+    name: str = "train",
+    sentinel: SentinelConfig | None = None,
+    mesh: Mesh | None = None,
+    init: dict | None = None,
+) -> FitResult:
+    """Train a CompactCNN per `config`; keep the epoch with the best validation accuracy.
+
+    Each epoch visits a fresh permutation of the training set in full batches (a last
+    partial batch is dropped; the permutation differs every epoch). Every random choice
+    derives from `jax.random.key(config.seed)`: init, shuffles, augmentation, dropout and
+    in-training attacks, so the same config and data give the same weights.
+
+    With a `sentinel`, every epoch also runs its PGD probe (advjax.train.make_probe)
+    and records `probe_*` accuracies and a `collapse` flag (`collapse_flags` on the probe
+    PGD accuracies so far); flagged epochs are never kept, training ends after the first
+    one if `sentinel.stop_on_collapse`, and the kept epoch is the best by
+    `sentinel.select_by` (ties: the earliest). Without one, nothing changes.
+
+    With a `mesh` (`advjax.train.data_mesh()`), every training step runs data-parallel:
+    each batch split over the mesh's devices, parameters and optimiser state replicated,
+    gradients all-reduced by XLA; the same keys and batches as on one device, so the same
+    training up to float summation order. `config.batch_size` must be a multiple of the
+    device count. Validation and the sentinel run unsharded.
+
+    With `init` (`{"params": ..., "batch_stats": ...}` of a trained CompactCNN) training
+    fine-tunes those weights instead of a fresh initialisation, with a fresh optimiser.
+    """
+    n = len(train.labels)
+    steps_per_epoch = n // config.batch_size
+    if steps_per_epoch < 1:
+        raise ValueError(f"{n} training images is fewer than one batch of {config.batch_size}")
+    key = jax.random.key(config.seed)
+    init_key, shuffle_key, step_key = jax.random.split(key, 3)
+    state = create_train_state(init_key, config, config.epochs * steps_per_epoch)
+    if init is not None:
+        state = _with_weights(state, init)
+    if mesh is None:
+        train_step = make_train_step(config)
+    else:
+        check_batch_size(mesh, config.batch_size)
+        train_step = sharded_train_step(train_step_fn(config), mesh)
+        state = replicate(mesh, state)
+    images, labels = jnp.asarray(train.images), jnp.asarray(train.labels)
+    probe = None if sentinel is None else make_probe(sentinel, config.adv_eps, train, val)
+    select_by = "val_accuracy" if sentinel is None else sentinel.select_by
+    history, best, best_epoch, best_acc, best_score = [], None, -1, -1.0, -1.0
+    for epoch in range(config.epochs):
+        started = time.perf_counter()
+        order = jax.random.permutation(jax.random.fold_in(shuffle_key, epoch), n)
+        bar = Progress(steps_per_epoch, f"{name} epoch {epoch + 1}/{config.epochs}", show_progress)
+        sums = None
+        for i in range(steps_per_epoch):
+            idx = order[i * config.batch_size : (i + 1) * config.batch_size]
+            key_i = jax.random.fold_in(jax.random.fold_in(step_key, epoch), i)
+            state, metrics = train_step(state, Batch(images[idx], labels[idx]), key_i)
+            sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
+            if (i + 1) % _PROGRESS_EVERY == 0 or i + 1 == steps_per_epoch:
+                bar.update(i + 1 - bar.count, postfix=f"loss {float(sums['loss']) / (i + 1):.3f}")
+        bar.close()
+        record = {
+            "epoch": epoch + 1,
+            **{f"train_{k}": float(v) / steps_per_epoch for k, v in jax.device_get(sums).items()},
+        }
+        val_metrics = evaluate(state, val.images, val.labels)
+        record.update(val_accuracy=val_metrics["accuracy"], val_loss=val_metrics["loss"])
+        collapsed = False
+        if probe is not None:
+            record.update(probe(state))
+            flags = collapse_flags(
+                [r["probe_pgd_accuracy"] for r in (*history, record)],
+                max_drop=sentinel.max_drop,
+                min_ratio=sentinel.min_ratio,
+            )
+            collapsed = record["collapse"] = flags[-1]
+        record["seconds"] = time.perf_counter() - started
+        history.append(record)
+        log(_epoch_line(name, epoch, config.epochs, record, val_metrics))
+        if not collapsed and record[select_by] > best_score:
+            best_score, best_acc, best_epoch = record[select_by], record["val_accuracy"], epoch + 1
+            best = jax.device_get((state.params, state.batch_stats))
+        if collapsed and sentinel.stop_on_collapse:
+            log(f"{name}: catastrophic overfitting flagged at epoch {epoch + 1}; stopping")
+            break
+    params, batch_stats = jax.tree.map(jnp.asarray, best)
+    return FitResult(
+        state.replace(params=params, batch_stats=batch_stats), history, best_epoch, best_acc
+    )
+
+
+def _with_weights(state: TrainState, init: dict) -> TrainState:
+    """`state` with the params and batch statistics of `init`; raises on a structure mismatch."""
+    loaded = {}
+    for part in ("params", "batch_stats"):
+        fresh = getattr(state, part)
+        if part not in init:
+            raise ValueError(f"init has no {part!r}")
+        value = jax.tree.map(jnp.asarray, init[part])
+        if jax.tree.structure(value) != jax.tree.structure(fresh) or any(
+            a.shape != b.shape
+            for a, b in zip(jax.tree.leaves(value), jax.tree.leaves(fresh), strict=True)
+        ):
+            raise ValueError(f"init {part!r} does not match the model's structure or shapes")
+        loaded[part] = jax.tree.map(lambda a, b: a.astype(b.dtype), value, fresh)
+    return state.replace(**loaded)
+
+
+def _epoch_line(name: str, epoch: int, epochs: int, record: dict, val_metrics: dict) -> str:
+    if "train_accuracy" in record:
+        train_acc = f"acc {record['train_accuracy']:.4f}"
+    else:
+        train_acc = f"adv acc {record['train_adv_accuracy']:.4f}"
+    probe = ""
+    if "probe_pgd_accuracy" in record:
+        probe = (
+            f" | probe clean {record['probe_clean_accuracy']:.4f} "
+            f"pgd {record['probe_pgd_accuracy']:.4f}"
+        )
+        if "val_pgd_accuracy" in record:
+            probe += f" val pgd {record['val_pgd_accuracy']:.4f}"
+        if record["collapse"]:
+            probe += " COLLAPSE"
+    return (
+        f"{name} epoch {epoch + 1}/{epochs}: train loss {record['train_loss']:.4f} "
+        f"{train_acc} | val acc {record['val_accuracy']:.4f} "
+        f"({val_metrics['correct']}/{val_metrics['total']}){probe} | {record['seconds']:.1f}s"
+    )

@@ -1,0 +1,354 @@
+"""The study's evaluation: threat model, attack campaign into records, aggregates, checks, gate.
+
+Order of work, per run: declare the threat model (printed first, stored with the run);
+attack every model into the append-only `records.jsonl` (resumable); compute every
+number from the records alone; run the sanity checks; write `summary.json`; apply the
+declared release policy (`policy.json`) to it.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from advjax.attacks import per_example_cross_entropy
+from advjax.evaluation import (
+    AttackSpec,
+    CaseRecord,
+    Check,
+    ListLog,
+    RecordLog,
+    ThreatModel,
+    aggregate_records,
+    attack_group,
+    decide,
+    find_group,
+    format_decision,
+    format_eps,
+    load_policy,
+    make_program,
+    model_hash,
+    run_attack,
+    run_checks,
+    run_summary,
+    zero_gradient_fraction,
+)
+from advjax.evaluation import _metrics as metrics
+from advjax.io import atomic_write_json, atomic_write_npz, load_checkpoint
+from advjax.model import eval_logits_fn
+from experiments.cifar_robustness.config import StudyConfig
+
+ATTACK_SECONDS_FILE = "attack_seconds.json"
+"""Wall seconds of attack compute per model and attack, summed over the invocations that
+wrote its records (a resumed run adds its part; a run that reuses every record adds 0)."""
+RECORDS_FILE, SUMMARY_FILE, POLICY_FILE, GATE_FILE = (
+    "records.jsonl",
+    "summary.json",
+    "policy.json",
+    "gate.txt",
+)
+
+
+def study_threat_model(config: StudyConfig) -> ThreatModel:
+    """The study's declared threat model: white-box L-inf in pixel space, every eps it runs."""
+    eps = sorted({*config.eps_list, *config.budget_eps, config.large_eps})
+    return ThreatModel(
+        eps=tuple(eps),
+        steps=max(config.pgd_steps, config.budget_steps),
+        restarts=max(config.pgd_restarts, config.budget_restarts),
+    )
+
+
+def attack_specs(config: StudyConfig) -> list[AttackSpec]:
+    """FGSM; PGD (the protocol, plus a large-eps probe); a long PGD for budget curves;
+    PGD transferred from the surrogate."""
+    specs = [
+        AttackSpec(
+            name="fgsm", method="fgsm", eps=config.eps_list, batch_size=config.attack_batch_size
+        ),
+        AttackSpec(
+            name="pgd",
+            method="pgd",
+            eps=(*config.eps_list, config.large_eps),
+            steps=config.pgd_steps,
+            restarts=config.pgd_restarts,
+            step_fraction=config.pgd_step_fraction,
+            batch_size=config.attack_batch_size,
+        ),
+        AttackSpec(
+            name="pgd_budget",
+            method="pgd",
+            eps=config.budget_eps,
+            steps=config.budget_steps,
+            restarts=config.budget_restarts,
+            step_fraction=config.pgd_step_fraction,
+            batch_size=config.budget_batch_size,
+        ),
+    ]
+    if config.surrogate is not None:
+        specs.append(
+            AttackSpec(
+                name="transfer_pgd",
+                method="pgd",
+                eps=tuple(e for e in config.eps_list if e > 0),
+                steps=config.pgd_steps,
+                step_fraction=config.pgd_step_fraction,
+                batch_size=config.attack_batch_size,
+                source=config.surrogate.name,
+            )
+        )
+    return specs
+
+
+def load_model(ckpt: Path):
+    """(logits_fn, model hash) of a checkpoint."""
+    model, variables = load_checkpoint(ckpt)
+    return eval_logits_fn(model, variables), model_hash(ckpt)
+
+
+def start_point_zero_gradients(logits_fn, x, y, batch_size: int = 250) -> float:
+    """Share of cases whose input gradient of the loss is exactly zero at the clean input."""
+    grad_fn = jax.jit(jax.grad(lambda z, t: per_example_cross_entropy(logits_fn(z), t).sum()))
+    grads = [
+        np.asarray(grad_fn(jnp.asarray(x[i : i + batch_size]), jnp.asarray(y[i : i + batch_size])))
+        for i in range(0, len(y), batch_size)
+    ]
+    return zero_gradient_fraction(np.concatenate(grads))
+
+
+def replay_examples(
+    log: RecordLog, records: dict, *, threat_model, spec, model, mhash, logits_fn, x, y, ids, eps
+):
+    """Re-run the first cases of one group alone; return (x_adv, replayed records, check).
+
+    The replayed records must equal the stored ones bit for bit; the adversarial inputs
+    are kept for the report's example figure.
+    """
+    kept: dict[int, np.ndarray] = {}
+
+    replayed: list = []
+    attack_group(
+        ListLog(replayed),
+        make_program(logits_fn, spec),
+        threat_model=threat_model,
+        spec=spec,
+        attack_hash=spec.config_hash(),
+        model=model,
+        model_hash=mhash,
+        x=x,
+        y=y,
+        case_ids=ids,
+        eps=eps,
+        group_path=records[int(ids[0])].key_path[:-1],
+        on_x_adv=kept.update,
+    )
+    same = sum(r.to_dict() == records[r.case_id].to_dict() for r in replayed)
+    check = Check(
+        f"replay_bit_exact[{model}/{spec.name} eps {format_eps(eps)}]",
+        same == len(ids),
+        f"{same} of {len(ids)} records re-run alone from their key paths are identical",
+    )
+    return np.stack([kept[int(i)] for i in ids]), replayed, check
+
+
+def evaluate_model(
+    config,
+    spec,
+    ckpt,
+    x,
+    y,
+    log: RecordLog,
+    threat_model,
+    surrogate,
+    out: Path,
+    show_progress,
+    log_line,
+) -> dict:
+    """Attack one model with every spec into `log`; return its extra evidence."""
+    logits_fn, mhash = load_model(ckpt)
+    ids = np.arange(len(y))
+    times_path = out / ATTACK_SECONDS_FILE
+    times = json.loads(times_path.read_text()) if times_path.exists() else {}
+    mine = times.setdefault(spec.name, {})
+    for attack in attack_specs(config):
+        source_fn, source_hash = surrogate if attack.source else (None, None)
+        started = time.perf_counter()
+        written = run_attack(
+            log,
+            threat_model=threat_model,
+            spec=attack,
+            model=spec.name,
+            model_hash=mhash,
+            logits_fn=logits_fn,
+            x=x,
+            y=y,
+            case_ids=ids,
+            root_path=[config.seed, "attack"],
+            source_fn=source_fn,
+            source_hash=source_hash,
+            show_progress=show_progress,
+            log_line=log_line,
+        )
+        if written:  # compute spent on new records adds to what earlier invocations spent
+            mine[attack.name] = mine.get(attack.name, 0.0) + time.perf_counter() - started
+            atomic_write_json(times_path, times)
+    seconds = sum(mine.values())
+    pgd = attack_specs(config)[1]
+    top = max(config.eps_list)
+    k = min(config.saved_examples, len(y))
+    stored = {
+        r.case_id: r
+        for r in log.read()
+        if (r.model, r.attack, r.eps) == (spec.name, "pgd", top) and r.case_id < k
+    }
+    x_adv, replayed, replay_check = replay_examples(
+        log,
+        stored,
+        threat_model=threat_model,
+        spec=pgd,
+        model=spec.name,
+        mhash=mhash,
+        logits_fn=logits_fn,
+        x=x[:k],
+        y=y[:k],
+        ids=ids[:k],
+        eps=top,
+    )
+    atomic_write_npz(
+        out / "examples" / f"{spec.name}.npz",
+        x_clean=x[:k],
+        labels=y[:k],
+        clean_pred=np.array([r.clean_pred for r in replayed]),
+        x_adv=x_adv,
+        adv_pred=np.array([r.adv_pred for r in replayed]),
+        eps=np.array(top),
+    )
+    fraction = start_point_zero_gradients(logits_fn, x, y)
+    return {
+        "model_hash": mhash,
+        "attack_seconds": seconds,
+        "zero_gradient_fraction": fraction,
+        "replay_check": replay_check._asdict(),
+    }
+
+
+def eps_label(eps: float) -> str:
+    """eps in pixel units as its /255 numerator, e.g. 8/255 -> '8'."""
+    return f"{eps * 255:g}"
+
+
+def study_aggregates(config: StudyConfig, records, num_classes: int) -> list[dict]:
+    """Every group summary of the run, from its records alone."""
+    return aggregate_records(
+        records,
+        num_classes=num_classes,
+        steps={"fgsm": 1, "pgd": config.pgd_steps, "pgd_budget": config.budget_steps},
+        restarts={"fgsm": 1, "pgd": config.pgd_restarts, "pgd_budget": config.budget_restarts},
+    )
+
+
+def _arrays(records: list[CaseRecord]):
+    ordered = sorted(records, key=lambda r: r.case_id)
+    return (
+        np.array([r.true_class for r in ordered]),
+        np.array([r.clean_pred for r in ordered]),
+        np.array([r.adv_pred for r in ordered]),
+    )
+
+
+def model_results(config: StudyConfig, groups, records, model: str, num_classes: int) -> dict:
+    """One model's numbers for results.json and the report, all from its records."""
+    by_group: dict = {}
+    for r in records:
+        if r.model == model:
+            by_group.setdefault((r.attack, r.eps), []).append(r)
+    first = find_group(groups, model=model, attack="pgd", eps=config.eps_list[0])
+    out = {
+        "clean_accuracy": first["clean_accuracy"],
+        "attacks": {},
+        "per_class": {"clean": [row["clean_accuracy"] for row in first["per_class"]]},
+        "worst_class": {},
+        "confusion": {},
+        "budget_curves": {},
+        "transfer": {},
+        "status_counts": {},
+    }
+    y, clean, _ = _arrays(by_group[("pgd", config.eps_list[0])])
+    out["confusion"]["clean"] = metrics.confusion_matrix(y, clean, num_classes).tolist()
+    for attack in ("fgsm", "pgd"):
+        out["attacks"][attack] = {}
+        for eps in config.eps_list:
+            g = find_group(groups, model=model, attack=attack, eps=eps)
+            label = f"{attack}_{eps_label(eps)}"
+            out["attacks"][attack][eps_label(eps)] = {
+                k: g[k] for k in ("clean_accuracy", "robust_accuracy", "attack_success_rate")
+            }
+            out["per_class"][label] = [row["robust_accuracy"] for row in g["per_class"]]
+            out["worst_class"][label] = g["worst_class"]
+            out["status_counts"][label] = g["status_counts"]
+            if eps == max(config.eps_list):
+                _, _, adv = _arrays(by_group[(attack, eps)])
+                out["confusion"][label] = metrics.confusion_matrix(y, adv, num_classes).tolist()
+    for eps in config.budget_eps:
+        g = find_group(groups, model=model, attack="pgd_budget", eps=eps)
+        out["budget_curves"][eps_label(eps)] = g["budget_curves"] | {
+            "robust_accuracy": g["robust_accuracy"]
+        }
+    for g in groups:
+        if g["model"] == model and g["attack"] == "transfer_pgd":
+            out["transfer"][eps_label(g["eps"])] = g["robust_accuracy"]
+    large = find_group(groups, model=model, attack="pgd", eps=config.large_eps)
+    out["large_eps_robust_accuracy"] = large["robust_accuracy"] if large else None
+    return out
+
+
+TRANSFER_EPS_RISE_ALLOWED = 0.01
+"""Transfer robust accuracy may rise by up to 1 point (10 of 1,000) from one eps to the
+next: the surrogate's perturbation at a larger eps is a new one, not a superset."""
+
+
+def study_checks(config: StudyConfig, groups, extras: dict, threat_model) -> list[Check]:
+    """Every sanity check of the run (see `advjax.evaluation`), with the replay checks."""
+    transfer = {}
+    for g in groups:
+        if g["attack"] == "transfer_pgd":
+            white = find_group(groups, model=g["model"], attack="pgd", eps=g["eps"])
+            if white is not None:
+                where = f"{g['model']} eps {format_eps(g['eps'])}"
+                transfer[where] = (g["robust_accuracy"], white["robust_accuracy"])
+    checks = run_checks(
+        groups,
+        large_eps=config.large_eps,
+        tol=threat_model.tolerance,
+        norm=threat_model.norm,
+        zero_gradient_fractions={m: e["zero_gradient_fraction"] for m, e in extras.items()},
+        transfer_robust=transfer,
+        eps_rise_allowed={"transfer_pgd": TRANSFER_EPS_RISE_ALLOWED},
+    )
+    checks += [Check(**e["replay_check"]) for _, e in sorted(extras.items())]
+    return checks
+
+
+def release_decision(summary: dict, policy_path: Path, out: Path, log_line) -> dict:
+    """Apply the declared policy to the run summary; write gate.txt; return the decision."""
+    policy, policy_hash = load_policy(policy_path)
+    decision = decide(policy, summary)
+    text = format_decision(decision)
+    (out / GATE_FILE).write_text(text + f"\n  policy {policy_path.name} (sha256 {policy_hash})\n")
+    log_line(text.splitlines()[0])
+    return {
+        "allow": decision.allow,
+        "policy": policy,
+        "policy_sha256": policy_hash,
+        "reasons": [r._asdict() for r in decision.reasons],
+    }
+
+
+def summarise_run(config, records, extras, threat_model, num_classes, provenance) -> dict:
+    """Aggregates, checks and the run summary document (advjax.evaluation schema)."""
+    groups = study_aggregates(config, records, num_classes)
+    checks = study_checks(config, groups, extras, threat_model)
+    return run_summary(groups, checks, threat_model, extra=provenance)

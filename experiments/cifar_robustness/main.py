@@ -1,0 +1,97 @@
+"""The CIFAR-10 robustness study: `python -m experiments.cifar_robustness [--profile P]`.
+
+Trains the standard and FGSM-adversarially-trained CompactCNNs on real CIFAR-10, attacks
+them with FGSM and PGD on one fixed stratified test subset, and writes results.json,
+tables and figures. Re-running resumes from the last finished phase; --force restarts.
+"""
+
+import argparse
+import dataclasses
+import shlex
+import sys
+import tempfile
+
+from advjax import backend
+from advjax.data import DATA_DIR_ENV
+from experiments.cifar_robustness.config import PROFILES, profile
+from experiments.cifar_robustness.dry_run import dry_run
+from experiments.cifar_robustness.report import write_report
+from experiments.cifar_robustness.study import run_study
+from experiments.overrides import apply_overrides
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--profile", default="default", choices=PROFILES)
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field (repeatable): e.g. eps_list=0,8/255, pgd_steps=10, "
+        "models.*.epochs=2, models.fgsm_reference.train_size=4000",
+    )
+    p.add_argument("--models", nargs="+", default=None, help="train and attack only these models")
+    p.add_argument(
+        "--out", default=None, help="output folder (default results/, quick: a temp folder)"
+    )
+    p.add_argument(
+        "--data-dir", default=None, help=f"CIFAR-10 binary folder (else ${DATA_DIR_ENV}, else tfds)"
+    )
+    p.add_argument("--force", action="store_true", help="discard finished phases and start over")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the threat model and the campaign's query count and wall-time estimate",
+    )
+    p.add_argument("--policy", default=None, help="release policy JSON applied to the run")
+    return p.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace):
+    """The profile's config with the `--set` overrides and the `--models` selection."""
+    config = apply_overrides(profile(args.profile), args.overrides)
+    if args.models is not None:
+        names = [m.name for m in config.models]
+        unknown = sorted(set(args.models) - set(names))
+        if unknown:
+            raise ValueError(f"unknown models {unknown}; this profile has {names}")
+        config = dataclasses.replace(
+            config, models=tuple(m for m in config.models if m.name in args.models)
+        )
+    return config
+
+
+def main(argv: list[str] | None = None) -> dict:
+    backend.configure()  # advjax's XLA CPU settings, before any JAX work
+    args = parse_args(argv)
+    config = config_from_args(args)
+    if args.dry_run:
+        return dry_run(config)
+    out = args.out or (
+        tempfile.mkdtemp(prefix="advjax-quick-") if args.profile == "quick" else "results"
+    )
+    command = "python -m experiments.cifar_robustness " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
+    print(f"advjax CIFAR-10 robustness study, profile {config.profile}, output {out}")
+    results = run_study(
+        config,
+        out,
+        data_dir=args.data_dir,
+        force=args.force,
+        show_progress=not args.no_progress,
+        command=command,
+        **({"policy_path": args.policy} if args.policy else {}),
+    )
+    write_report(results, out)
+    print(f"wrote {out}/results.json")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Re-run single records of a study run and compare them field by field.
+
+    python -m experiments.cifar_robustness.replay --run results --line 1234 [--line ...]
+    python -m experiments.cifar_robustness.replay --run results --model standard --attack pgd --eps 8 --case 17
+
+Each record is re-attacked alone from its stored key path, attack config and threat
+model, on the checkpoint whose hash it names; exit status 0 when every replayed record is
+identical to the stored one, 1 otherwise, 2 for bad input.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from advjax import backend
+from advjax.data import load_cifar10
+from advjax.evaluation import AttackSpec, CaseRecord, ThreatModel, read_records, replay_record
+from advjax.train import to_float
+from experiments.cifar_robustness.evaluation import RECORDS_FILE, load_model
+
+
+def _spec(results: dict, attack: str) -> AttackSpec:
+    for d in results["attacks"]:
+        if d["name"] == attack:
+            fields = {k: v for k, v in d.items() if k != "config_hash"}
+            return AttackSpec(**fields | {"eps": tuple(fields["eps"])})
+    raise ValueError(
+        f"attack {attack!r} is not one of the run's {[d['name'] for d in results['attacks']]}"
+    )
+
+
+def replay(run: Path, record: CaseRecord, results: dict, data) -> CaseRecord:
+    """The record re-run alone on the run's checkpoint."""
+    threat_model = ThreatModel.from_dict(results["threat_model"])
+    spec = _spec(results, record.attack)
+    logits_fn, mhash = load_model(run / "checkpoints" / f"{record.model}.msgpack")
+    if mhash != record.model_hash:
+        raise ValueError(
+            f"checkpoint of {record.model} has hash {mhash}, record names {record.model_hash}"
+        )
+    source_fn = source_hash = None
+    if spec.source:
+        source_fn, source_hash = load_model(run / "checkpoints" / f"{spec.source}.msgpack")
+    index = results["data"]["eval_indices"][record.case_id]
+    x = np.asarray(to_float(data.test_images[index : index + 1]))[0]
+    return replay_record(
+        record,
+        threat_model=threat_model,
+        spec=spec,
+        logits_fn=logits_fn,
+        x=x,
+        y=int(data.test_labels[index]),
+        source_fn=source_fn,
+        source_hash=source_hash,
+    )
+
+
+def main(argv=None) -> int:
+    backend.configure()  # advjax's XLA CPU settings, before any JAX work
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--run", default="results", help="the run's folder (results.json, records.jsonl)"
+    )
+    p.add_argument("--line", type=int, action="append", default=[], help="1-based record line")
+    p.add_argument("--model"), p.add_argument("--attack"), p.add_argument("--case", type=int)
+    p.add_argument("--eps", type=float, help="eps in /255")
+    p.add_argument("--data-dir", default=None)
+    args = p.parse_args(argv)
+    run = Path(args.run)
+    try:
+        results = json.loads((run / "results.json").read_text())
+        records = read_records(run / RECORDS_FILE)
+        chosen = [records[n - 1] for n in args.line]
+        if args.case is not None:
+            chosen += [
+                r
+                for r in records
+                if (r.model, r.attack, r.case_id) == (args.model, args.attack, args.case)
+                and abs(r.eps * 255 - args.eps) < 1e-6
+            ]
+        if not chosen:
+            raise ValueError("no record chosen: give --line N or --model --attack --eps --case")
+        data = load_cifar10(args.data_dir)
+    except (OSError, ValueError, IndexError) as error:
+        print(f"replay: error: {error}", file=sys.stderr)
+        return 2
+    same = 0
+    for record in chosen:
+        again = replay(run, record, results, data)
+        diff = {
+            k: (v, again.to_dict()[k])
+            for k, v in record.to_dict().items()
+            if again.to_dict()[k] != v
+        }
+        same += not diff
+        print(
+            f"{record.model} {record.attack} eps {record.eps * 255:g}/255 case {record.case_id}: "
+            + ("identical" if not diff else f"DIFFERS {diff}")
+        )
+    return 0 if same == len(chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The clean-vs-robust trade-off of every studied model, with the stronger evaluation.
+
+Reads the study's results and, when present, `<run>/strong_evaluation/summary.json` (the
+AutoAttack-style ensemble of `experiments.cifar_robustness.strong_evaluation` on the same cases) to report,
+per model, PGD-20 against the ensemble at the largest eps and how far PGD-20 overstated
+robustness, with counts and Wilson intervals, as a table and a figure.
+"""
+
+import json
+from pathlib import Path
+
+from advjax.evaluation import ENSEMBLE, find_group, format_rate
+from experiments.cifar_robustness import plots
+
+STRONG_SUMMARY = Path("strong_evaluation") / "summary.json"
+TARGET = (65.0, 35.0)
+"""Issue 5's aim at 8/255: clean and ensemble robust accuracy (%)."""
+REFERENCE_FGSM_AT = (42.3, 27.0)
+"""The reproduced study's FGSM-AT model: clean and PGD-20 8/255 robust accuracy (%)."""
+
+
+def load_strong(out: Path) -> dict | None:
+    path = Path(out) / STRONG_SUMMARY
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _ensemble(strong: dict | None, model: str, eps: float) -> dict | None:
+    group = strong and find_group(strong["aggregates"], model=model, attack=ENSEMBLE, eps=eps)
+    return group["robust_accuracy"] if group else None
+
+
+def _top(results: dict) -> str:
+    return max(next(iter(results["models"].values()))["attacks"]["pgd"], key=float)
+
+
+def train_time(results: dict, model: dict) -> str:
+    """The model's training seconds; a fine-tune adds its parents' ("own + parent = total")."""
+    own = model["training"]["seconds"]
+    parents, spec = [], model["spec"].get("init_from")
+    while spec:
+        parent = results["models"].get(spec["name"])
+        if parent is None:
+            return f"{own:.0f} + {spec['name']} (not in this run)"
+        parents.append(parent["training"]["seconds"])
+        spec = spec.get("init_from")
+    if not parents:
+        return f"{own:.0f}"
+    return " + ".join(f"{t:.0f}" for t in [own, *parents]) + f" = {own + sum(parents):.0f}"
+
+
+def strong_table(results: dict, strong: dict | None) -> str:
+    """PGD-20 vs the ensemble per model at the largest eps, with the training time."""
+    top = _top(results)
+    eps = float(top) / 255
+    rows = [
+        f"| model | training images x epochs | train time (s, 2 cores) | clean | PGD-20 {top}/255 "
+        f"| ensemble {top}/255 | PGD-20 overstatement (points) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, m in results["models"].items():
+        pgd = m["attacks"]["pgd"][top]["robust_accuracy"]
+        ens = _ensemble(strong, name, eps)
+        over = f"{100 * (pgd['value'] - ens['value']):.1f}" if ens else "not run"
+        rows.append(
+            f"| {m['label']} | {m['training']['train_size']:,} x {m['spec']['epochs']} | "
+            f"{train_time(results, m)} | {format_rate(m['clean_accuracy'])} | "
+            f"{format_rate(pgd)} | {format_rate(ens) if ens else 'not run'} | {over} |"
+        )
+    members = ", ".join(s["name"] for s in strong["extra"]["members"]) if strong else "none"
+    note = (
+        f"Ensemble members, in order, each on the cases still robust: {members} "
+        f"(`experiments.cifar_robustness.strong_evaluation`; details in `strong_evaluation/tables.md`). "
+        f"Reference FGSM-AT model: clean {REFERENCE_FGSM_AT[0]} %, PGD-20 {REFERENCE_FGSM_AT[1]} %; "
+        f"the aim: clean >= {TARGET[0]:g} % and ensemble robust >= {TARGET[1]:g} %. "
+        f"A fine-tune's train time adds its parent's: own + parent = total."
+    )
+    return "\n".join(rows) + "\n\n" + note
+
+
+def _triple(rate: dict) -> tuple[float, float, float]:
+    lo, hi = rate["ci95"]
+    return 100 * rate["value"], 100 * lo, 100 * hi
+
+
+def tradeoff_figure(results: dict, strong: dict | None, path) -> None:
+    top = _top(results)
+    eps = float(top) / 255
+    points = {}
+    for name, m in results["models"].items():
+        kinds = {
+            "clean": _triple(m["clean_accuracy"]),
+            f"PGD-20 {top}/255": _triple(m["attacks"]["pgd"][top]["robust_accuracy"]),
+        }
+        ens = _ensemble(strong, name, eps)
+        if ens:
+            kinds[f"ensemble {top}/255"] = _triple(ens)
+        points[m["label"]] = kinds
+    plots.tradeoff_scatter(
+        points,
+        title=f"Clean vs robust accuracy at {top}/255 (Wilson 95 % intervals; filled: strongest attack)",
+        xlabel="clean accuracy (%)",
+        ylabel="robust accuracy (%)",
+        path=path,
+        references={"reference FGSM-AT (PGD-20)": REFERENCE_FGSM_AT},
+        target=TARGET,
+    )

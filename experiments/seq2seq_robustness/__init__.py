@@ -1,0 +1,1 @@
+"""Attacks on Multi30k translation models (Michel et al., NAACL 2019)."""

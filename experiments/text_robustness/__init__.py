@@ -1,0 +1,1 @@
+"""The text-classification robustness study on SST-2, AdvGLUE and MR."""

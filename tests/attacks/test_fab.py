@@ -1,0 +1,247 @@
+"""Properties of the FAB / FAB-T attack (`advjax.attacks.fab`)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from advjax.attacks import fab, projection_l2, projection_linf
+
+DUAL = {"linf": 1, "l2": 2}
+
+
+def _linear_case(seed, n_classes, batch=6, dim=48):
+    """Linear model and inputs well inside [0, 1] whose nearest boundary is the runner-up's.
+
+    Each x solves (w_y - w_k) . (x - 1/2) = m (small) for the runner-up t and = 2 for every other k,
+    so the closed-form distance to the t boundary is the minimal adversarial distance and
+    FAB-T's first target is t.
+    """
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(dim, n_classes))
+    xs, ys, ts, refs = [], [], [], {"linf": [], "l2": []}
+    for _ in range(batch):
+        y, t = rng.choice(n_classes, 2, replace=False)
+        others = [k for k in range(n_classes) if k != y]
+        a = np.stack([w[:, y] - w[:, k] for k in others])
+        target = np.where(np.array(others) == t, rng.uniform(0.05, 0.3), 2.0)
+        x0 = rng.uniform(0.45, 0.55, dim)
+        x = x0 + a.T @ np.linalg.solve(a @ a.T, target - a @ (x0 - 0.5))
+        assert np.all((x > 0.2) & (x < 0.8))
+        margin = (w[:, y] - w[:, t]) @ (x - 0.5)
+        for norm, refs_n in refs.items():
+            refs_n.append(margin / np.linalg.norm(w[:, y] - w[:, t], DUAL[norm]))
+        xs.append(x), ys.append(y), ts.append(t)
+    w = jnp.asarray(w, jnp.float32)
+    logits_fn = lambda z: (z.reshape(z.shape[0], -1) - 0.5) @ w  # noqa: E731
+    refs = {k: np.asarray(v) for k, v in refs.items()}
+    return logits_fn, jnp.asarray(np.stack(xs), jnp.float32), jnp.asarray(ys), refs
+
+
+def _mlp(seed=0, shape=(4, 4, 3), hidden=32, n_classes=10):
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    d = int(np.prod(shape))
+    w1 = jax.random.normal(k1, (d, hidden)) * 3.0 / np.sqrt(d)
+    w2 = jax.random.normal(k2, (hidden, n_classes)) / np.sqrt(hidden)
+
+    def logits_fn(z):
+        return jnp.tanh(z.reshape(z.shape[0], -1) @ w1 - 1.5) @ w2
+
+    return logits_fn
+
+
+def _mlp_batch(batch=8, seed=1):
+    logits_fn = _mlp()
+    x = jax.random.uniform(jax.random.key(seed), (batch, 4, 4, 3))
+    return logits_fn, x, jnp.argmax(logits_fn(x), -1)
+
+
+def _pgd_linf(logits_fn, x, y, eps, key, steps=50):
+    def loss(z):
+        logp = jax.nn.log_softmax(logits_fn(z))
+        return -jnp.take_along_axis(logp, y[:, None], 1).sum()
+
+    def step(_, z):
+        z = z + eps / 4 * jnp.sign(jax.grad(loss)(z))
+        return jnp.clip(jnp.clip(z, x - eps, x + eps), 0.0, 1.0)
+
+    z0 = jnp.clip(x + jax.random.uniform(key, x.shape, minval=-eps, maxval=eps), 0.0, 1.0)
+    z = jax.lax.fori_loop(0, steps, step, z0)
+    return jnp.argmax(logits_fn(z), -1) != y
+
+
+def _bisection_projection(t, w, b, norm):
+    """Reference: the minimal step is the box-clipped move along -sign(w) (L-inf) or -w (L2)
+    of the smallest size reaching the hyperplane, else the largest such move."""
+    c = w @ t - b
+    unit = np.sign(w) if norm == "linf" else w
+
+    def along(size):
+        return np.clip(-np.sign(c) * unit * size, -t, 1 - t)
+
+    lo, hi = 0.0, 1e3
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if abs(w @ along(mid)) < abs(c) else (lo, mid)
+    return along(hi)
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+@pytest.mark.parametrize("dim", [1, 5, 16])
+def test_projections_match_bisection(norm, dim):
+    rng = np.random.default_rng(dim)
+    t, w = rng.uniform(0, 1, (12, dim)), rng.normal(size=(12, dim))
+    w[::3, rng.integers(dim)] = 0.0
+    b = np.sum(w * t, 1) + rng.normal(size=12) * np.tile([0.01, 0.3, 3.0], 4)
+    project = jax.vmap(projection_linf if norm == "linf" else projection_l2)
+    d = project(*(jnp.asarray(v, jnp.float32) for v in (t, w, b)))
+    for d_i, t_i, w_i, b_i in zip(np.asarray(d), t, w, b, strict=True):
+        np.testing.assert_allclose(d_i, _bisection_projection(t_i, w_i, b_i, norm), atol=2e-5)
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+@pytest.mark.parametrize("n_classes", [2, 5])
+def test_linear_distance_is_closed_form(norm, n_classes):
+    logits_fn, x, y, refs = _linear_case(n_classes, n_classes)
+    eps = 1.0 if norm == "linf" else 10.0
+    attack = functools.partial(fab, logits_fn, x, y, eps, key=jax.random.key(0), norm=norm)
+    fine = attack(eta=1.001, n_target_classes=n_classes - 1)
+    assert np.all(fine.broken)
+    np.testing.assert_allclose(fine.distance, refs[norm], rtol=1e-3)
+    assert np.all(fine.distance >= refs[norm] * (1 - 1e-5))
+    if n_classes == 2:
+        default = attack(n_target_classes=1)
+        assert np.all(default.distance >= refs[norm] * (1 - 1e-5))
+        assert np.all(default.distance <= refs[norm] * 1.05)
+
+
+def test_untargeted_linear_distance():
+    logits_fn, x, y, refs = _linear_case(7, 4)
+    res = fab(logits_fn, x, y, 1.0, key=jax.random.key(0), targeted=False, eta=1.001)
+    np.testing.assert_allclose(res.distance, refs["linf"], rtol=1e-3)
+
+
+_MLP = _mlp()
+_SMALL = dict(steps=20, restarts=2, n_target_classes=3)
+
+
+@functools.cache
+def _jitted(norm):
+    return jax.jit(lambda x, y, eps, key: fab(_MLP, x, y, eps, key=key, norm=norm, **_SMALL))
+
+
+@pytest.mark.parametrize("norm, eps", [("linf", 0.03), ("l2", 0.4)])
+def test_budget_box_and_misclassification(norm, eps):
+    _, x, y = _mlp_batch()
+    y = y.at[0].set((y[0] + 1) % 10)
+    x_copy, y_copy = np.array(x), np.array(y)
+    res = _jitted(norm)(x, y, eps, jax.random.split(jax.random.key(1), 8))
+    np.testing.assert_array_equal(x, x_copy)
+    np.testing.assert_array_equal(y, y_copy)
+    delta = (res.x_adv - x).reshape(x.shape[0], -1)
+    size = jnp.max(jnp.abs(delta), 1) if norm == "linf" else jnp.linalg.norm(delta, axis=1)
+    assert np.all(size <= eps + 1e-6)
+    assert np.all((res.x_adv >= 0) & (res.x_adv <= 1))
+    assert 1 < res.broken.sum() < x.shape[0]
+    pred = jnp.argmax(_MLP(res.x_adv), -1)
+    assert np.all(pred[res.broken] != y[res.broken])
+    assert np.all(res.distance[res.broken] <= eps)
+    assert np.all(res.distance[~res.broken] > eps)
+    assert res.broken[0] and res.distance[0] == 0 and np.all(res.x_adv[0] == x[0])
+    np.testing.assert_allclose(size[res.broken][1:], res.distance[res.broken][1:], atol=1e-6)
+
+
+def test_zero_eps_leaves_inputs():
+    _, x, y = _mlp_batch()
+    res = _jitted("linf")(x, y, 0.0, jax.random.split(jax.random.key(2), 8))
+    np.testing.assert_array_equal(res.x_adv, x)
+    assert not np.any(res.broken)
+    assert np.all(res.distance > 0)
+
+
+def test_jit_same_key_same_result_and_batch_independence():
+    _, x, y = _mlp_batch()
+    keys = jax.random.split(jax.random.key(5), 8)
+    run = _jitted("linf")
+    full = run(x, y, 0.02, keys)
+    again = run(x, y, 0.02, keys)
+    eager = fab(_MLP, x, y, 0.02, key=keys, **_SMALL)
+    for a, b, c in zip(full, eager, again, strict=True):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert 0 < full.broken.sum() < 8
+    idx = jnp.array([6, 1, 3])
+    sub = run(x[idx], y[idx], 0.02, keys[idx])
+    np.testing.assert_array_equal(sub.broken, full.broken[idx])
+    np.testing.assert_allclose(sub.distance, full.distance[idx], rtol=1e-5)
+    np.testing.assert_allclose(sub.x_adv, full.x_adv[idx], atol=1e-6)
+
+
+def test_at_least_as_strong_as_pgd():
+    logits_fn, x, y = _mlp_batch(batch=32, seed=4)
+    eps = 0.02
+    pgd = _pgd_linf(logits_fn, x, y, eps, jax.random.key(0))
+    res = fab(logits_fn, x, y, eps, key=jax.random.key(0), steps=50)
+    assert 0 < pgd.sum() < 32
+    assert res.broken.sum() >= pgd.sum() - 1
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        (dict(x=-0.1), ValueError, r"x must lie in \[0, 1\]"),
+        (dict(x=np.nan), ValueError, r"x must lie in \[0, 1\]"),
+        (dict(y=10), ValueError, r"y must lie in \[0, 10\)"),
+        (dict(y=0.5), TypeError, "y must hold integer"),
+        (dict(eps=1.5), ValueError, "eps must be"),
+        (dict(eps=-0.1), ValueError, "eps must be"),
+        (dict(eps=np.inf, norm="l2"), ValueError, "eps must be"),
+        (dict(norm="l1"), ValueError, "norm='l1'"),
+        (dict(steps=0), ValueError, "steps=0"),
+        (dict(restarts=1.5), TypeError, "restarts"),
+        (dict(n_target_classes=10), ValueError, "n_target_classes=10"),
+        (dict(beta=0.0), ValueError, "beta"),
+        (dict(eta=0.5), ValueError, "eta"),
+        (dict(alpha_max=2.0), ValueError, "alpha_max"),
+        (dict(eps_init=-1.0), ValueError, "eps_init"),
+        (dict(key=jnp.zeros((3,), jnp.float32)), TypeError, "key"),
+    ],
+)
+def test_validation(change, error, match):
+    logits_fn, x, y = _mlp_batch(batch=2)
+    args = dict(x=x, y=y, eps=0.1, key=jax.random.key(0))
+    if "x" in change:
+        change = dict(change, x=x.at[0, 0, 0, 0].set(change["x"]))
+    if "y" in change:
+        change = dict(change, y=jnp.full((2,), change["y"]))
+    args.update(change)
+    with pytest.raises(error, match=match):
+        fab(logits_fn, args.pop("x"), args.pop("y"), args.pop("eps"), **args)
+
+
+def test_empty_batch():
+    x = jnp.zeros((0, 4, 4, 3))
+    res = fab(_MLP, x, jnp.zeros((0,), jnp.int32), 0.1, key=jax.random.key(0))
+    assert res.x_adv.shape == x.shape and res.broken.shape == res.distance.shape == (0,)
+
+
+def test_targets_one_call_at_a_time_equal_one_call_over_all():
+    """`first_target` lets the caller run targets one by one, dropping the cases broken so
+    far, with the same outcome per case as one call over every target."""
+    logits_fn, x, y = _mlp_batch(batch=8)
+    keys = jax.random.split(jax.random.key(5), y.shape[0])
+    whole = fab(logits_fn, x, y, 0.03, key=keys, n_target_classes=3, steps=10)
+    broken = np.zeros(y.shape, bool)
+    dist = np.full(y.shape, np.inf, np.float32)
+    for t in range(3):
+        rest = np.flatnonzero(~broken)
+        part = fab(
+            logits_fn, x[rest], y[rest], 0.03, key=keys[rest], n_target_classes=1,
+            first_target=t, steps=10,
+        )  # fmt: skip
+        dist[rest] = np.minimum(dist[rest], np.asarray(part.distance))
+        broken[rest] = np.asarray(part.broken)
+    np.testing.assert_array_equal(broken, np.asarray(whole.broken))
+    np.testing.assert_allclose(dist, np.asarray(whole.distance), rtol=1e-5)

@@ -1,0 +1,420 @@
+"""End-to-end: the quick profile of the CIFAR-10 study on real data, and its invariants."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from advjax import gate
+from advjax.evaluation import (
+    ThreatModel,
+    aggregate_records,
+    find_group,
+    read_records,
+    read_run_summary,
+)
+from experiments.cifar_robustness import attack_variants, replay, strong_evaluation
+from experiments.cifar_robustness import main as cifar_robustness
+from experiments.cifar_robustness.config import profile
+from experiments.cifar_robustness.report import tables_markdown
+from experiments.cifar_robustness.study import DEFAULT_POLICY
+from experiments.cifar_robustness.tradeoff import tradeoff_figure, train_time
+
+needs_data = pytest.mark.skipif(
+    not os.environ.get("ADVJAX_DATA_DIR"), reason="ADVJAX_DATA_DIR not set"
+)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("quick")
+    results = cifar_robustness.main(["--profile", "quick", "--out", str(out), "--no-progress"])
+    return out, results
+
+
+@needs_data
+def test_quick_profile_writes_results_tables_figures_and_checkpoints(quick_run):
+    out, results = quick_run
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["models"].keys() == {
+        "standard",
+        "fgsm_reference",
+        "fgsm_matched",
+        "fgsm_rs_matched",
+    }
+    assert on_disk["config"]["profile"] == "quick"
+    for key in ("command", "environment", "data", "timings_seconds", "threat_model", "reference"):
+        assert key in on_disk
+    assert on_disk["environment"]["versions"]["jax"]
+    assert len(list((out / "figures").glob("*.png"))) >= 10
+    assert "| model |" in (out / "tables.md").read_text()
+    for name in on_disk["models"]:
+        assert (out / "checkpoints" / f"{name}.msgpack").is_file()
+        assert (out / "examples" / f"{name}.npz").is_file()
+    assert (out / "checkpoints" / "surrogate.msgpack").is_file()
+    for name in ("records.jsonl", "summary.json", "gate.txt"):
+        assert (out / name).is_file()
+    assert on_disk["threat_model_hash"] == ThreatModel.from_dict(on_disk["threat_model"]).digest()
+    assert (
+        (out / "gate.txt").read_text().startswith("ALLOW" if on_disk["gate"]["allow"] else "HOLD")
+    )
+
+
+@needs_data
+def test_quick_profile_invariants_eps0_equals_clean_robust_below_clean_counts_add_up(quick_run):
+    _, results = quick_run
+    n = results["data"]["sizes"]["eval"]
+    for m in results["models"].values():
+        clean = m["clean_accuracy"]
+        assert clean["total"] == n
+        for attack, per_eps in m["attacks"].items():
+            assert per_eps["0"]["robust_accuracy"]["count"] == clean["count"], attack
+            previous = clean["count"]
+            for eps in sorted(per_eps, key=float):
+                s = per_eps[eps]
+                robust, success = s["robust_accuracy"], s["attack_success_rate"]
+                assert robust["count"] <= clean["count"] and robust["total"] == n
+                assert success["total"] == clean["count"]
+                assert robust["count"] + success["count"] == clean["count"]
+                if attack == "pgd":
+                    assert robust["count"] <= previous
+                    previous = robust["count"]
+        for curves in m["budget_curves"].values():
+            steps = [r["count"] for r in curves["steps"]]
+            restarts = [r["count"] for r in curves["restarts"]]
+            assert steps == sorted(steps, reverse=True) and restarts == sorted(
+                restarts, reverse=True
+            )
+            assert steps[-1] == restarts[0]
+            assert curves["restarts"][-1] == curves["robust_accuracy"]
+        for eps in m["attacks"]["pgd"]:
+            assert m["attacks"]["pgd"][eps]["robust_accuracy"]["count"] <= clean["count"]
+
+
+@needs_data
+def test_every_number_is_computed_from_the_records_of_the_declared_threat_model(quick_run):
+    out, results = quick_run
+    records = read_records(out / "records.jsonl", strict=True)
+    n = results["data"]["sizes"]["eval"]
+    groups = sum(len(a["eps"]) for a in results["attacks"])
+    assert len(records) == results["records"]["count"] == len(results["models"]) * groups * n
+    assert {r.threat_model_hash for r in records} == {results["threat_model_hash"]}
+    summary = read_run_summary(out / "summary.json")
+    assert summary["aggregates"] == json.loads(
+        json.dumps(
+            aggregate_records(
+                records,
+                num_classes=10,
+                steps={"fgsm": 1, "pgd": 5, "pgd_budget": 10},
+                restarts={"fgsm": 1, "pgd": 1, "pgd_budget": 3},
+            )
+        )
+    )
+    for name, m in results["models"].items():
+        for attack, per_eps in m["attacks"].items():
+            for eps, numbers in per_eps.items():
+                group = find_group(
+                    summary["aggregates"], model=name, attack=attack, eps=float(eps) / 255
+                )
+                assert numbers["robust_accuracy"] == group["robust_accuracy"]
+    names = {c["name"] for c in results["checks"]}
+    for prefix in (
+        "eps0_equals_clean",
+        "monotone_in_eps",
+        "pgd_not_weaker_than_fgsm",
+        "perturbations_within_threat_model",
+        "finite_loss",
+        "zero_input_gradients",
+        "transfer_not_stronger_than_whitebox",
+        "large_eps_breaks_model",
+        "replay_bit_exact",
+        "monotone_in_restarts",
+        "monotone_in_steps",
+    ):
+        assert any(name.startswith(prefix) for name in names), prefix
+    assert all(c["passed"] for c in results["checks"] if c["name"].startswith("replay_bit_exact"))
+
+
+@needs_data
+def test_gate_cli_on_the_run_agrees_with_the_study(quick_run, capsys):
+    out, results = quick_run
+    code = gate.main(["--policy", str(DEFAULT_POLICY), "--run", str(out / "summary.json")])
+    assert code == (0 if results["gate"]["allow"] else 1)
+    assert capsys.readouterr().out.startswith("ALLOW" if code == 0 else "HOLD")
+
+
+@needs_data
+def test_rerun_resumes_finished_phases_with_identical_numbers(quick_run, capsys):
+    out, first = quick_run
+    lines = (out / "records.jsonl").read_bytes().count(b"\n")
+    again = cifar_robustness.main(["--profile", "quick", "--out", str(out), "--no-progress"])
+    assert "reusing" in capsys.readouterr().out
+    assert (out / "records.jsonl").read_bytes().count(b"\n") == lines
+    for name, m in again["models"].items():
+        for key in ("clean_accuracy", "attacks", "budget_curves", "transfer", "per_class"):
+            assert m[key] == first["models"][name][key]
+
+
+def test_dry_run_counts_queries_and_attacks_nothing(tmp_path, capsys):
+    estimate = cifar_robustness.main(["--profile", "quick", "--dry-run", "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+    rows = {row["attack"]: row for row in estimate["rows"]}
+    assert rows["pgd_budget"]["queries"] == 100 * 4 * 1 * 3 * 10
+    assert rows["pgd"]["queries"] == 100 * 4 * 5 * 5
+    assert estimate["seconds_per_query"] > 0
+    assert "Threat model" in capsys.readouterr().out
+
+
+def test_unknown_profile_and_bad_eps_are_rejected():
+    with pytest.raises(ValueError, match="unknown profile"):
+        profile("huge")
+    with pytest.raises(ValueError, match="eps"):
+        cifar_robustness.config_from_args(
+            cifar_robustness.parse_args(["--set", "eps_list=0,300/255"])
+        )
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@needs_data
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (.ci/run installs it)")
+def test_html_report_renders_offline_in_headless_chromium_with_table_and_gate_visible(quick_run):
+    from playwright.sync_api import sync_playwright
+
+    out, results = quick_run
+    page_text = (out / "report.html").read_text()
+    assert "http://" not in page_text and "https://" not in page_text  # self-contained
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page()
+        requests = []
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto((out / "report.html").as_uri())
+        table, gate_box = page.locator("#main-table"), page.locator("#gate-decision")
+        assert table.is_visible() and gate_box.is_visible()
+        verdict = "ALLOW" if results["gate"]["allow"] else "HOLD"
+        assert f"Release gate: {verdict}" in gate_box.inner_text()
+        assert table.locator("tbody tr").count() == sum(
+            len(per_eps) for m in results["models"].values() for per_eps in m["attacks"].values()
+        )
+        first_link = table.locator("a").first
+        target = first_link.get_attribute("href")
+        first_link.click()
+        assert page.locator(target).is_visible()
+        images = page.locator("figure img")
+        assert images.count() >= 10
+        assert all(images.nth(i).evaluate("img => img.naturalWidth > 0") for i in range(3))
+        browser.close()
+    assert all(url.startswith(("file://", "data:")) for url in requests)
+
+
+@needs_data
+def test_replay_cli_reruns_stored_records_bit_exactly(quick_run, capsys):
+    out, _ = quick_run
+    records = read_records(out / "records.jsonl")
+    lines = []
+    for attack in ("fgsm", "pgd", "pgd_budget", "transfer_pgd"):
+        lines += [i + 1 for i, r in enumerate(records) if r.attack == attack and r.eps > 0][:1]
+    lines += [i + 1 for i, r in enumerate(records) if r.first_break_restart][:1]
+    argv = ["--run", str(out)] + [a for n in lines for a in ("--line", str(n))]
+    assert replay.main(argv) == 0
+    # one record per attack (4), plus one broken by a later restart when the run has one
+    assert len(lines) >= 4
+    assert capsys.readouterr().out.count("identical") == len(lines)
+    assert replay.main(["--run", str(out), "--line", str(len(records) + 1)]) == 2
+
+
+@pytest.mark.slow
+def test_strong_evaluation_and_attack_variants_run_on_a_study_and_write_checked_records(
+    quick_run, tmp_path, capsys
+):
+    """Both follow-up evaluations read the study's checkpoints and cases, write records
+    within their declared threat models (L-inf / L2), and never report an ensemble weaker
+    than its first member or a robust accuracy above clean; a summary that leaves out
+    models whose records it holds says so."""
+    out, results = quick_run
+    models = ["fgsm_matched"]
+    strong_args = [
+        "--study",
+        str(out),
+        "--out",
+        str(tmp_path / "strong"),
+        "--steps",
+        "4",
+        "--targets",
+        "2",
+        "--queries",
+        "40",
+        "--batch-size",
+        "100",
+        "--no-progress",
+    ]
+    strong = strong_evaluation.main(strong_args + ["--models", *models])
+    assert {c["name"] for c in strong["checks"]} >= {"perturbations_within_threat_model"}
+    assert next(c for c in strong["checks"] if c["name"] == "perturbations_within_threat_model")[
+        "passed"
+    ]
+    text = tables_markdown(results, strong)
+    row = next(line for line in text.splitlines() if line.startswith("| FGSM-AT, matched"))
+    assert "not run" not in row and "not run" in text  # only fgsm_matched was re-attacked
+    tradeoff_figure(results, strong, tmp_path / "tradeoff.png")
+    assert (tmp_path / "tradeoff.png").stat().st_size > 10_000
+    other = next(n for n in results["models"] if n not in models)
+    capsys.readouterr()
+    strong_evaluation.main(strong_args + ["--models", other])
+    assert f"also holds {models[0]}, left out" in capsys.readouterr().out
+    variants = attack_variants.main(
+        [
+            "--study",
+            str(out),
+            "--out",
+            str(tmp_path / "variants"),
+            "--models",
+            *models,
+            "--steps",
+            "3",
+            "--targets",
+            "2",
+            "--batch-size",
+            "100",
+            "--no-progress",
+        ]
+    )
+    for part, norm in (("linf", "linf"), ("l2", "l2")):
+        summary = variants[part]
+        assert summary["threat_model"]["norm"] == norm
+        assert next(
+            c for c in summary["checks"] if c["name"] == "perturbations_within_threat_model"
+        )["passed"]
+        for g in summary["aggregates"]:
+            assert g["robust_accuracy"]["count"] <= g["clean_accuracy"]["count"]
+    records = read_records(tmp_path / "variants" / "l2" / "records.jsonl")
+    assert max(r.l2 for r in records) <= 0.5 + 1e-5
+    assert len(records) == len(models) * 2 * 2 * len(results["data"]["eval_indices"])
+    assert (tmp_path / "variants" / "tables.md").read_text().count("pgd_l2") >= 1
+
+
+def test_a_fine_tuned_model_is_retrained_when_its_parent_changes():
+    """The fine-tuned model's checkpoint digest covers its parent's training: changing the
+    parent's epochs changes it, an attack setting does not, and `--models` may name the
+    fine-tuned model alone."""
+    import dataclasses
+
+    from experiments.cifar_robustness.config import FGSM_RS_FULL_NODROP, PGD_FINETUNE_NODROP
+
+    config = profile("default")
+    child = PGD_FINETUNE_NODROP
+    assert child.init_from == FGSM_RS_FULL_NODROP and child in config.models
+    longer_parent = dataclasses.replace(
+        child, init_from=dataclasses.replace(FGSM_RS_FULL_NODROP, epochs=21)
+    )
+    assert config.model_digest(longer_parent) != config.model_digest(child)
+    assert dataclasses.replace(config, pgd_steps=50).model_digest(child) == config.model_digest(
+        child
+    )
+    alone = cifar_robustness.config_from_args(
+        cifar_robustness.parse_args(["--models", "pgd_finetune_nodrop"])
+    )
+    assert [m.name for m in alone.models] == ["pgd_finetune_nodrop"]
+
+
+def test_the_silu_model_differs_from_its_control_in_the_activation_alone():
+    """pgd_continue_silu is pgd_continue_nodrop with SiLU: same parent, data, epochs,
+    learning rate and attack, another digest; adding the field left older digests alone."""
+    import dataclasses
+
+    from experiments.cifar_robustness import study
+    from experiments.cifar_robustness.config import PGD_CONTINUE_NODROP, PGD_CONTINUE_SILU
+
+    config = profile("default")
+    assert PGD_CONTINUE_SILU in config.models and PGD_CONTINUE_NODROP in config.models
+    assert PGD_CONTINUE_SILU.activation == "silu" and PGD_CONTINUE_NODROP.activation is None
+    same = dataclasses.replace(
+        PGD_CONTINUE_SILU,
+        name=PGD_CONTINUE_NODROP.name,
+        label=PGD_CONTINUE_NODROP.label,
+        activation=None,
+    )
+    assert same == PGD_CONTINUE_NODROP
+    assert config.model_digest(PGD_CONTINUE_SILU) != config.model_digest(PGD_CONTINUE_NODROP)
+    assert "activation" not in PGD_CONTINUE_NODROP.to_dict()
+    assert config.model_digest(PGD_CONTINUE_NODROP) == "c4cba2af72b5b945"  # its checkpoint's
+    assert study.train_config(config, PGD_CONTINUE_SILU).activation == "silu"
+    assert study.train_config(config, PGD_CONTINUE_NODROP).activation == "relu"
+
+
+def test_train_phase_trains_or_reuses_the_parent_and_fine_tunes_from_its_weights(
+    tmp_path, monkeypatch
+):
+    """A fine-tuned model's training starts from its parent's checkpoint, trained first when
+    missing and reused when present."""
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from advjax.data import Cifar10
+    from advjax.train import FitResult, TrainConfig, create_train_state
+    from experiments.cifar_robustness import study
+    from experiments.cifar_robustness.config import ModelSpec, StudyConfig
+
+    parent = ModelSpec("parent", "standard", 40, 1, "parent")
+    child = ModelSpec("child", "pgd", 40, 1, "child", init_from=parent, adv_steps=2)
+    config = StudyConfig(
+        profile="t",
+        train_size=40,
+        val_size=20,
+        eval_size=10,
+        models=(parent, child),
+        surrogate=None,
+    )
+    calls = []
+
+    def fake_fit(train_config, train, val, *, init=None, **_):
+        calls.append((train_config.mode, init))
+        seed = len(calls)
+        state = create_train_state(jax.random.key(seed), TrainConfig(), 1)
+        return FitResult(state, [], 1, 0.5)
+
+    monkeypatch.setattr(study, "fit", fake_fit)
+    rng = np.random.default_rng(0)
+    data = Cifar10(
+        rng.integers(0, 256, (100, 32, 32, 3), dtype=np.uint8),
+        np.tile(np.arange(10, dtype=np.int32), 10),
+        rng.integers(0, 256, (20, 32, 32, 3), dtype=np.uint8),
+        np.tile(np.arange(10, dtype=np.int32), 2),
+        tuple(str(i) for i in range(10)),
+        "synthetic",
+    )
+    splits = study.study_splits(
+        data.train_labels, data.test_labels, train_size=40, val_size=20, eval_size=10, seed=0
+    )
+    log = lambda _: None  # noqa: E731
+    study.train_phase(config, child, data, splits, tmp_path, False, log)
+    assert [mode for mode, _ in calls] == ["standard", "pgd"]
+    assert calls[0][1] is None
+    saved = study.read_checkpoint(tmp_path / "checkpoints" / "parent.msgpack")["variables"]
+    jax.tree.map(np.testing.assert_array_equal, calls[1][1], saved)
+    calls.clear()
+    study.train_phase(
+        config, dataclasses.replace(child, epochs=2), data, splits, tmp_path, False, log
+    )
+    assert [mode for mode, _ in calls] == ["pgd"]
+
+
+def test_a_fine_tunes_train_time_adds_its_parents_and_names_a_missing_one():
+    def model(seconds, parent=None):
+        spec = {"name": "x"} | ({"init_from": parent} if parent else {})
+        return {"training": {"seconds": seconds}, "spec": spec}
+
+    grand = {"name": "a"}
+    parent = {"name": "b", "init_from": grand}
+    results = {"models": {"a": model(100.0), "b": model(20.0, grand)}}
+    assert train_time(results, results["models"]["a"]) == "100"
+    assert train_time(results, model(3.0, parent)) == "3 + 20 + 100 = 123"
+    assert train_time({"models": {}}, model(3.0, parent)) == "3 + b (not in this run)"
