@@ -19,7 +19,14 @@ from advjax.attacks import (
     square_linf,
 )
 from advjax.data import Cifar10, DataError, load_cifar10, study_splits
-from advjax.evaluation import CaseRecord, RecordLog, ThreatModel, wilson_interval
+from advjax.evaluation import (
+    AutoAttackResult,
+    CaseRecord,
+    RecordLog,
+    ThreatModel,
+    autoattack,
+    wilson_interval,
+)
 from advjax.io import load_checkpoint, save_checkpoint
 from advjax.model import CompactCNN, eval_logits_fn
 from advjax.train import TrainConfig, TrainState, create_train_state, make_train_step
@@ -28,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "APGDResult",
+    "AutoAttackResult",
     "CaseRecord",
     "Cifar10",
     "CompactCNN",
@@ -40,6 +48,7 @@ __all__ = [
     "TrainState",
     "apgd",
     "apgd_targeted",
+    "autoattack",
     "create_train_state",
     "eval_logits_fn",
     "fgsm",

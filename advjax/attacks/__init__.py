@@ -9,6 +9,7 @@ from advjax.attacks._apgd import (
     APGDResult,
     apgd,
     apgd_targeted,
+    apgd_with_loss,
 )
 from advjax.attacks._fab import (
     FABResult,
@@ -56,6 +57,7 @@ from advjax.attacks._square import (
 __all__ = [
     "apgd",
     "apgd_targeted",
+    "apgd_with_loss",
     "APGDResult",
     "ascent_direction",
     "attack_loss",

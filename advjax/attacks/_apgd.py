@@ -293,6 +293,27 @@ def apgd(
     return _run(logits_fn, _LOSS_FNS[loss], x, y, eps, keys, **options)
 
 
+def apgd_with_loss(
+    logits_fn: LogitsFn,
+    loss_fn: LossFn,
+    x: ArrayLike,
+    y: ArrayLike,
+    eps: float | ArrayLike,
+    *,
+    key: jax.Array,
+    steps: int = 100,
+    norm: str = "linf",
+    restarts: int = 1,
+    rho: float = 0.75,
+    alpha: float = 0.75,
+) -> APGDResult:
+    """APGD on any per-example loss `loss_fn(logits, y)` to maximise (e.g. a targeted DLR
+    whose targets are traced), with the rules and arguments of `apgd`."""
+    options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
+    x, y, eps, keys = _prepare(x, y, eps, key, restarts=restarts, first_restart=0, **options)
+    return _run(logits_fn, loss_fn, x, y, eps, keys, **options)
+
+
 def apgd_targeted(
     logits_fn: LogitsFn,
     x: ArrayLike,

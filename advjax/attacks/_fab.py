@@ -294,7 +294,8 @@ def fab(
       targeted: FAB-T (one VJP per step) if True, else untargeted FAB (full Jacobian).
       n_target_classes: number of target ranks, 1 .. K - 1 (targeted only).
       first_target: index of the first target (rank first_target + 2), so targets can run
-        one call at a time with the keys and ranks of one call over all of them.
+        one call at a time with the keys and ranks of one call over all of them; may be
+        traced (one compiled program for every target).
       steps: iterations per run, >= 1.
       restarts: runs per target, >= 1.
       alpha_max: cap on the bias toward the original point, in [0, 1].
@@ -349,8 +350,11 @@ def fab(
     if n_classes < 2:
         raise ValueError(f"logits_fn must return at least 2 classes, got {n_classes}")
     if targeted:
-        _check_int("first_target", first_target, 0, n_classes - 2)
-        _check_int("n_target_classes", n_target_classes, 1, n_classes - 1 - first_target)
+        if _is_concrete(first_target):
+            _check_int("first_target", first_target, 0, n_classes - 2)
+            _check_int("n_target_classes", n_target_classes, 1, n_classes - 1 - first_target)
+        else:
+            _check_int("n_target_classes", n_target_classes, 1, n_classes - 1)
     if _is_concrete(x) and not (float(jnp.min(x)) >= 0 and float(jnp.max(x)) <= 1):
         raise ValueError(
             f"x must lie in [0, 1], got values in [{float(jnp.min(x))}, {float(jnp.max(x))}]"

@@ -31,7 +31,7 @@ from experiments.text_robustness import pipeline as tp
 from experiments.text_robustness import report as tr
 from experiments.text_robustness.config import ATTACKS, profile
 
-POLICY = Path(__file__).with_name("text_policy.json")
+POLICY = Path(__file__).with_name("policy.json")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

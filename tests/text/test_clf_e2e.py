@@ -42,6 +42,11 @@ def test_quick_profile_end_to_end(tmp_path):
     assert results["models"]["standard"]["clean"]["sst2_dev"]["value"] > 0.7
     assert read_run_summary(tmp_path / "summary.json")["sanity_passed"]
     code = gate_main(
-        ["--policy", "experiments/text_policy.json", "--run", str(tmp_path / "summary.json")]
+        [
+            "--policy",
+            "experiments/text_robustness/policy.json",
+            "--run",
+            str(tmp_path / "summary.json"),
+        ]
     )
     assert code in (0, 1)
