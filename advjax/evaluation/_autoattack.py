@@ -27,7 +27,7 @@ from advjax.attacks._losses import per_example_cross_entropy, per_example_target
 from advjax.attacks._norms import perturbation_norm
 from advjax.attacks._square import square_linf
 from advjax.evaluation._autoattack_checks import run_checks, validate_inputs
-from advjax.evaluation._metrics import wilson_interval
+from advjax.evaluation._metrics import rate
 from advjax.evaluation._sanity import Check
 
 METHODS = ("apgd-ce", "apgd-dlr", "apgd-t", "fab", "fab-t", "square")
@@ -95,6 +95,21 @@ VERSIONS: dict[str, tuple[Member, ...]] = {
 }
 
 
+class Decided(NamedTuple):
+    """Cases whose outcome under member `member` became final; the arrays are over every
+    case (index them with `positions`): `queries` spent by this member, `run` the index of
+    the breaking run (-1 for cases it left robust)."""
+
+    member: int
+    positions: np.ndarray
+    broken: bool
+    adv_pred: np.ndarray
+    x_adv: np.ndarray
+    loss: np.ndarray
+    queries: np.ndarray
+    run: int
+
+
 class AutoAttackResult(NamedTuple):
     """Per case and per member outcome of `autoattack`.
 
@@ -107,8 +122,8 @@ class AutoAttackResult(NamedTuple):
         on the clean input (never attacked).
       queries: int (n,): model evaluations spent on the case, every member together.
       members: the members, in order.
-      robust_accuracy: per member, cumulative after it: {"member", "robust", "total",
-        "rate", "interval"} (Wilson 95 %), preceded by the clean accuracy.
+      robust_accuracy: per member, cumulative after it: {"member", "value", "count",
+        "total", "ci95"} (Wilson 95 %), preceded by the clean accuracy.
       checks: named sanity checks (`Check`), for a gate to require.
     """
 
@@ -156,7 +171,7 @@ def eot_logits(logits_fn, keys: jax.Array, draws: int, offset: int = 0):
 
 
 def make_run(logits_fn, member: Member, *, norm: str, random_model: bool) -> Callable:
-    """The jitted run `(x, y, eps, keys, target, restart) -> (x_adv, broken, loss, queries)`.
+    """The jitted run `(x, y, eps, keys, target, restart) -> (x_adv, pred, loss, queries)`.
 
     `keys` are the cases' member keys; target and restart are traced, so one program
     serves every run of the member. `loss` is the true-class cross-entropy at x_adv, by
@@ -194,9 +209,8 @@ def make_run(logits_fn, member: Member, *, norm: str, random_model: bool) -> Cal
             r = square_linf(craft, x, y, eps, key=run_keys, queries=member.queries)
             x_adv, spent = r.x_adv, r.queries_used
         logits = judge(x_adv)
-        broken = jnp.argmax(logits, axis=-1) != y
         queries = jnp.broadcast_to(jnp.asarray(spent, jnp.int32), y.shape)
-        return x_adv, broken, per_example_cross_entropy(logits, y), queries
+        return x_adv, jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y), queries
 
     return jax.jit(run)
 
@@ -206,6 +220,16 @@ def _padded(index: np.ndarray, size: int):
     for start in range(0, len(index), size):
         part = index[start : start + size]
         yield part, np.concatenate([part, np.full(size - len(part), part[0], part.dtype)])
+
+
+def _batch_for(cases: int, batch_size: int, devices: int) -> int:
+    """The compiled batch for `cases` still to attack: at most `batch_size`, split evenly
+    over the fewest batches and rounded up to a multiple of 32 (a power of two below 32),
+    so padding stays small and few shapes compile; a multiple of the devices."""
+    batches = -(-cases // batch_size)
+    even = -(-cases // batches)
+    size = 1 << max(even - 1, 0).bit_length() if even < 32 else min(batch_size, -(-even // 32) * 32)
+    return -(-size // devices) * devices
 
 
 def _placer(mesh, axis: str):
@@ -229,52 +253,67 @@ def attack_members(
     start_member: np.ndarray | None = None,
     mesh=None,
     mesh_axis: str = "data",
-    on_member: Callable | None = None,
+    on_decided: Callable | None = None,
     on_run: Callable | None = None,
 ) -> dict:
-    """The engine of `autoattack`: run `members` in order on the clean-correct cases.
+    """The engine of `autoattack`: run `members` in order on the cases still robust.
 
-    `start_member[i]` is the first member case i still needs (a resumed evaluation passes
-    the members its records already hold; `len(members)` = decided). After each member,
-    `on_member(m, positions, broken, x_adv, loss, queries)` receives the cases it ran on.
-    Returns host arrays: x_adv, broken_by, queries, loss (cross-entropy at x_adv).
+    `start_member[i]` is the first member case i still needs (`len(members)`: decided, never
+    attacked); a resumed evaluation passes what its records already hold. A member's
+    outcome for a case is final when a run breaks it (reported at once) or after its last
+    run: `on_decided(Decided(...))` receives each such group of positions.
+    Returns host arrays: x_adv, broken_by (-1 none), queries (all members), loss, adv_pred.
     """
     n = len(y)
     place = _placer(mesh, mesh_axis)
     if mesh is not None and batch_size % mesh.shape[mesh_axis]:
         raise ValueError(f"{batch_size=} must be a multiple of the {mesh.shape[mesh_axis]} devices")
+    devices = 1 if mesh is None else mesh.shape[mesh_axis]
     case_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(n))
     x_adv = np.array(x, np.float32, copy=True)
     best_loss = np.full(n, -np.inf, np.float32)
     broken_by = np.full(n, -1, np.int32)
+    adv_pred = np.asarray(y).copy()
     queries = np.zeros(n, np.int64)
     start = np.zeros(n, np.int64) if start_member is None else np.asarray(start_member)
+    report = on_decided or (lambda *args: None)
     for m, member in enumerate(members):
+        todo = np.flatnonzero((start <= m) & (broken_by < 0))
+        if not len(todo):
+            continue
         run = make_run(logits_fn, member, norm=norm, random_model=random_model)
         keys = jax.vmap(jax.random.fold_in, (0, None))(case_keys, member.stream)
-        todo = np.flatnonzero((start <= m) & (broken_by < 0))
-        ran = todo.copy()
-        member_broken = np.zeros(n, bool)
-        for target, restart in member.runs():
-            for part, index in _padded(todo, batch_size):
+        spent = np.zeros(n, np.int64)
+        for number, (target, restart) in enumerate(member.runs()):
+            for part, index in _padded(todo, _batch_for(len(todo), batch_size, devices)):
                 out = run(
                     place(jnp.asarray(x[index])), place(jnp.asarray(y[index])),
                     jnp.float32(eps), place(keys[index]), jnp.int32(target), jnp.int32(restart),
                 )  # fmt: skip
-                adv, hit, loss, spent = (np.asarray(a)[: len(part)] for a in out)
-                queries[part] += spent
+                adv, pred, loss, cost = (np.asarray(a)[: len(part)] for a in out)
+                hit = pred != y[part]
+                adv_pred[part[hit | (broken_by[part] < 0)]] = pred[hit | (broken_by[part] < 0)]
+                spent[part] += cost
                 take = hit | (loss > best_loss[part])
                 x_adv[part[take]], best_loss[part[take]] = adv[take], loss[take]
-                member_broken[part[hit]] = True
                 broken_by[part[hit]] = m
-            todo = todo[~member_broken[todo]]
+                if hit.any():
+                    report(Decided(m, part[hit], True, adv_pred, x_adv, best_loss, spent, number))
+            todo = todo[broken_by[todo] < 0]
             if on_run is not None:
                 on_run(member, target, restart, len(todo))
             if not len(todo):
                 break
-        if on_member is not None and len(ran):
-            on_member(m, ran, member_broken[ran], x_adv[ran], best_loss[ran], queries[ran])
-    return {"x_adv": x_adv, "broken_by": broken_by, "queries": queries, "loss": best_loss}
+        queries += spent
+        if len(todo):
+            report(Decided(m, todo, False, adv_pred, x_adv, best_loss, spent, -1))
+    return {
+        "x_adv": x_adv,
+        "broken_by": broken_by,
+        "queries": queries,
+        "loss": best_loss,
+        "adv_pred": adv_pred,
+    }
 
 
 def clean_predictions(logits_fn, x, key, batch_size: int, random_model: bool) -> np.ndarray:
@@ -294,18 +333,12 @@ def clean_predictions(logits_fn, x, key, batch_size: int, random_model: bool) ->
 
 
 def cumulative_accuracy(clean_correct: np.ndarray, broken_by: np.ndarray, members) -> tuple:
-    """Clean accuracy, then robust accuracy after each member, with counts and intervals."""
-    n = len(clean_correct)
-
-    def entry(name: str, robust: int) -> dict:
-        lo, hi = wilson_interval(robust, n)
-        return {"member": name, "robust": robust, "total": n, "rate": robust / n if n else 0.0,
-                "interval": (lo, hi)}  # fmt: skip
-
-    rows = [entry("clean", int(clean_correct.sum()))]
+    """Clean accuracy, then robust accuracy after each member: `rate` dicts (value, count,
+    total, ci95: the Wilson 95 % interval) with the member's name."""
+    rows = [{"member": "clean", **rate(int(clean_correct.sum()), len(clean_correct))}]
     for m, member in enumerate(members):
         alive = clean_correct & ((broken_by < 0) | (broken_by > m))
-        rows.append(entry(member.name, int(alive.sum())))
+        rows.append({"member": member.name, **rate(int(alive.sum()), len(clean_correct))})
     return tuple(rows)
 
 
@@ -356,7 +389,7 @@ def autoattack(
 
     Example:
       >>> result = advjax.autoattack(logits_fn, x, y, 8 / 255, key=jax.random.key(0))
-      >>> result.robust.mean(), result.robust_accuracy[-1]["interval"]
+      >>> result.robust.mean(), result.robust_accuracy[-1]["ci95"]
     """
     random_model = version == "rand" or any(m.eot > 1 for m in (members or ()))
     members = resolve_members(version, members, norm)
@@ -374,12 +407,10 @@ def autoattack(
     robust = clean_correct & (broken_by == -1)
     found = tuple(
         run_checks(logits_fn, x, y, eps, out["x_adv"], broken_by, members, norm=norm,
-                   key=key, random_model=random_model)
+                   random_model=random_model)
     ) if checks else ()  # fmt: skip
     if checks:
-        found += (
-            _eps_zero_check(logits_fn, x, y, clean_correct, members, norm, key, random_model),
-        )
+        found += (eps_zero_check(logits_fn, x, y, clean_correct, members, norm, key, random_model),)
     return AutoAttackResult(
         x_adv=out["x_adv"],
         clean_correct=clean_correct,
@@ -392,9 +423,9 @@ def autoattack(
     )
 
 
-def _eps_zero_check(logits_fn, x, y, clean_correct, members, norm, key, random_model) -> Check:
+def eps_zero_check(logits_fn, x, y, clean_correct, members, norm, key, random_model) -> Check:
     """At eps = 0 every member must return the clean inputs and break nothing."""
-    cases = np.flatnonzero(clean_correct)[:8]
+    cases = np.flatnonzero(clean_correct)[:4]
     if not len(cases):
         return Check("eps_zero_equals_clean", True, "no clean-correct case to probe")
     out = attack_members(

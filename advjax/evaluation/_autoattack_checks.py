@@ -66,7 +66,8 @@ def validate_inputs(logits_fn, x, y, eps, *, norm: str, key, random_model: bool)
     return x.astype(np.float32), y.astype(np.int32)
 
 
-def _probe_checks(logits_fn, x, y, *, random_model: bool) -> list[Check]:
+def probe_checks(logits_fn, x, y, *, random_model: bool) -> list[Check]:
+    """Randomness, probability outputs and all-zero input gradients on the first cases."""
     probe, labels = jnp.asarray(x[:PROBE]), jnp.asarray(y[:PROBE])
     if random_model:
         first, second = logits_fn(probe, jax.random.key(1)), logits_fn(probe, jax.random.key(2))
@@ -114,31 +115,41 @@ def _probe_checks(logits_fn, x, y, *, random_model: bool) -> list[Check]:
     return checks
 
 
-def run_checks(logits_fn, x, y, eps, x_adv, broken_by, members, *, norm, key, random_model):
-    """The named checks of one AutoAttack result."""
-    checks = _probe_checks(logits_fn, x, y, random_model=random_model)
+def black_box_check(broken_by, members) -> list[Check]:
+    """Square (black-box) breaking cases that every earlier white-box member left robust
+    points at masked gradients; empty when no white-box member runs before Square."""
+    names = [m.method for m in members]
+    if "square" not in names:
+        return []
+    s = names.index("square")
+    if not any(n != "square" for n in names[:s]):
+        return []
+    extra = int(np.sum(np.asarray(broken_by) == s))
+    return [
+        Check(
+            "black_box_not_stronger",
+            extra == 0,
+            f"Square broke {extra} cases every earlier white-box member left robust "
+            "(> 0 suggests masked gradients)",
+        )
+    ]
+
+
+def ball_check(x, x_adv, eps, norm) -> Check:
     size = np.asarray(perturbation_norm(jnp.asarray(x_adv) - jnp.asarray(x), norm))
     worst = float(size.max()) if len(size) else 0.0
-    checks.append(
-        Check(
-            "perturbations_in_ball_and_box",
-            worst <= eps + BALL_TOLERANCE and float(x_adv.min()) >= 0 and float(x_adv.max()) <= 1,
-            f"largest {norm} perturbation {worst:.6g} (eps {eps:.6g}); inputs in "
-            f"[{float(x_adv.min()):.3g}, {float(x_adv.max()):.3g}]",
-        )
+    low, high = float(x_adv.min()), float(x_adv.max())
+    return Check(
+        "perturbations_in_ball_and_box",
+        worst <= eps + BALL_TOLERANCE and low >= 0 and high <= 1,
+        f"largest {norm} perturbation {worst:.6g} (eps {eps:.6g}); inputs in [{low:.3g}, {high:.3g}]",
     )
-    names = [m.method for m in members]
-    if "square" in names:
-        s = names.index("square")
-        white_box = [i for i, n in enumerate(names) if n != "square"]
-        if white_box and min(white_box) < s:
-            extra = int(np.sum(broken_by == s))
-            checks.append(
-                Check(
-                    "black_box_not_stronger",
-                    extra == 0,
-                    f"Square broke {extra} cases every earlier white-box member left robust "
-                    "(> 0 suggests masked gradients)",
-                )
-            )
-    return checks
+
+
+def run_checks(logits_fn, x, y, eps, x_adv, broken_by, members, *, norm, random_model):
+    """The named checks of one AutoAttack result."""
+    return [
+        *probe_checks(logits_fn, x, y, random_model=random_model),
+        ball_check(x, x_adv, eps, norm),
+        *black_box_check(broken_by, members),
+    ]

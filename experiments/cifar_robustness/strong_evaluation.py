@@ -1,15 +1,16 @@
 """Stronger evaluation of the study's models: `python -m experiments.cifar_robustness.strong_evaluation`.
 
 Re-attacks every trained model of a study run (its checkpoints) on the same evaluation
-cases with an AutoAttack-style ensemble at 8/255: APGD-CE (100 steps), then APGD-T (the
-targeted DLR loss, 9 target classes x 100 steps) on the cases still robust, then the
-score-based Square attack (5,000 queries) on the rest. APGD-T and Square are the held-out
-suite: no model was trained or selected with them. Everything goes through the evidence
-machinery: a declared threat model, per-case records, numbers from the records, checks.
-Writes <out>/records.jsonl, summary.json and tables.md; resumes where it stopped.
+cases with AutoAttack's standard version at 8/255 (`advjax.evaluation.run_autoattack`):
+APGD-CE (100 steps), then APGD-T (the targeted DLR loss, 9 target classes x 100 steps),
+FAB-T (9 targets x 100 steps) and the score-based Square attack (5,000 queries), each on
+the cases every earlier member left robust. APGD-T, FAB-T and Square are the held-out
+suite: no model was trained or selected with them. Writes <out>/records.jsonl,
+summary.json and tables.md; resumes where it stopped.
 """
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -20,18 +21,18 @@ import numpy as np
 from advjax import backend
 from advjax.data import load_cifar10
 from advjax.evaluation import (
-    ENSEMBLE,
-    AttackSpec,
+    AUTOATTACK,
     Check,
+    Member,
     RecordLog,
-    ThreatModel,
     aggregate_records,
+    autoattack_threat_model,
     check_finite_loss,
     check_perturbations,
     find_group,
     format_eps,
     format_rate,
-    run_ensemble,
+    run_autoattack,
     run_summary,
 )
 from advjax.io import atomic_write_json, atomic_write_text, environment
@@ -39,31 +40,17 @@ from advjax.train import to_float
 from experiments.cifar_robustness.evaluation import load_model
 from experiments.cifar_robustness.report import checks_table
 
-HELD_OUT = ("apgd_t", "square")
+HELD_OUT = ("apgd-t", "fab-t", "square")
 
 
-def members(steps: int, targets: int, queries: int, batch_size: int) -> list[AttackSpec]:
-    """The ensemble, in the order it runs."""
+def members(steps: int, targets: int, queries: int) -> list[Member]:
+    """AutoAttack's standard members, in the order they run."""
     return [
-        AttackSpec(
-            name="apgd_ce", method="apgd_ce", eps=(8 / 255,), steps=steps, batch_size=batch_size
-        ),
-        AttackSpec(
-            name="apgd_t",
-            method="apgd_t",
-            eps=(8 / 255,),
-            steps=steps,
-            targets=targets,
-            batch_size=batch_size,
-        ),
-        AttackSpec(
-            name="square", method="square", eps=(8 / 255,), steps=queries, batch_size=batch_size
-        ),
+        Member("apgd-ce", steps=steps),
+        Member("apgd-t", steps=steps, targets=targets),
+        Member("fab-t", steps=steps, targets=targets),
+        Member("square", queries=queries),
     ]
-
-
-def threat_model(eps: float, steps: int, targets: int, queries: int) -> ThreatModel:
-    return ThreatModel(eps=(eps,), steps=steps, restarts=1, queries=max(queries, steps * targets))
 
 
 def checks(groups: list[dict], study: dict, model_names, eps: float) -> list[Check]:
@@ -71,10 +58,10 @@ def checks(groups: list[dict], study: dict, model_names, eps: float) -> list[Che
     out = [check_perturbations(groups), check_finite_loss(groups)]
     label = f"{eps * 255:g}"
     for name in model_names:
-        ens = find_group(groups, model=name, attack=ENSEMBLE, eps=eps)
+        ens = find_group(groups, model=name, attack=AUTOATTACK, eps=eps)
         attacks = study["models"].get(name, {}).get("attacks", {})  # absent: not in the study
         pgd = attacks.get("pgd", {}).get(label, {}).get("robust_accuracy")
-        first = find_group(groups, model=name, attack="apgd_ce", eps=eps)
+        first = find_group(groups, model=name, attack="apgd-ce", eps=eps)
         if pgd is not None:
             out.append(
                 Check(
@@ -108,15 +95,24 @@ def table(groups, study, model_names, member_specs, eps) -> str:
         pgd = m["attacks"]["pgd"][label]["robust_accuracy"]
         cells = [m["label"], format_rate(m["clean_accuracy"]), format_rate(pgd)]
         n = pgd["total"]
+        robust = m["clean_accuracy"]["count"]
         for spec in member_specs:
             g = find_group(groups, model=name, attack=spec.name, eps=eps)
-            robust = g["robust_accuracy"]["count"] if g else 0
+            robust -= g["status_counts"]["success"] if g else 0
             cells.append(f"{100 * robust / n:.1f} % ({robust:,}/{n:,})")
-        ens = find_group(groups, model=name, attack=ENSEMBLE, eps=eps)["robust_accuracy"]
+        ens = find_group(groups, model=name, attack=AUTOATTACK, eps=eps)["robust_accuracy"]
         cells[-1] = format_rate(ens)
         cells.append(f"{100 * (pgd['value'] - ens['value']):.1f}")
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+def _progress(model: str):
+    def on_run(member, target, restart, left):
+        print(f"  {model}: {member.name} target {target} restart {restart}: {left} robust",
+              flush=True)  # fmt: skip
+
+    return on_run
 
 
 def main(argv=None) -> dict:
@@ -131,7 +127,7 @@ def main(argv=None) -> dict:
     p.add_argument("--targets", type=int, default=9)
     p.add_argument("--queries", type=int, default=5000)
     p.add_argument("--eps", type=float, default=8.0, help="eps in /255")
-    p.add_argument("--batch-size", type=int, default=250)
+    p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
@@ -139,12 +135,9 @@ def main(argv=None) -> dict:
     out = Path(args.out) if args.out else study_dir / "strong_evaluation"
     study = json.loads((study_dir / "results.json").read_text())
     eps = args.eps / 255
-    tm = threat_model(eps, args.steps, args.targets, args.queries)
+    specs = members(args.steps, args.targets, args.queries)
+    tm = autoattack_threat_model(eps, specs, "linf")
     print(tm.describe())
-    specs = [
-        AttackSpec(**(s.to_dict() | {"eps": (eps,)}))
-        for s in members(args.steps, args.targets, args.queries, args.batch_size)
-    ]
     data = load_cifar10(args.data_dir)
     idx = np.asarray(study["data"]["eval_indices"])
     x, y = np.asarray(to_float(data.test_images[idx])), data.test_labels[idx]
@@ -152,21 +145,12 @@ def main(argv=None) -> dict:
     log = RecordLog(out / "records.jsonl")
     for name in names:
         logits_fn, mhash = load_model(study_dir / "checkpoints" / f"{name}.msgpack")
-        derived = run_ensemble(
-            log,
-            specs,
-            eps=eps,
-            x=x,
-            y=y,
-            case_ids=np.arange(len(y)),
-            threat_model=tm,
-            model=name,
-            model_hash=mhash,
-            logits_fn=logits_fn,
-            root_path=[study["config"]["seed"], "strong_evaluation"],
-            show_progress=not args.no_progress,
-        )
-        log.append(derived, skip_existing=True)
+        progress = None if args.no_progress else _progress(name)
+        run_autoattack(
+            log, logits_fn, x, y, eps, seed=study["config"]["seed"], model=name,
+            model_hash=mhash, case_ids=np.arange(len(y)), members=specs,
+            batch_size=args.batch_size, on_run=progress,
+        )  # fmt: skip
     every = log.read()
     records = [r for r in every if r.model in names]
     left_out = sorted({r.model for r in every} - set(names))
@@ -184,7 +168,7 @@ def main(argv=None) -> dict:
             "command": "python -m experiments.cifar_robustness.strong_evaluation "
             + shlex.join(argv or sys.argv[1:]),
             "study": str(study_dir),
-            "members": [s.to_dict() for s in specs],
+            "members": [dataclasses.asdict(s) for s in specs],
             "held_out": list(HELD_OUT),
             "environment": environment(),
             "study_git_revision": study["environment"]["git_revision"],

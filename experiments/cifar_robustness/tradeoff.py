@@ -9,7 +9,7 @@ robustness, with counts and Wilson intervals, as a table and a figure.
 import json
 from pathlib import Path
 
-from advjax.evaluation import ENSEMBLE, find_group, format_rate
+from advjax.evaluation import AUTOATTACK, find_group, format_rate
 from experiments.cifar_robustness import plots
 
 STRONG_SUMMARY = Path("strong_evaluation") / "summary.json"
@@ -25,7 +25,7 @@ def load_strong(out: Path) -> dict | None:
 
 
 def _ensemble(strong: dict | None, model: str, eps: float) -> dict | None:
-    group = strong and find_group(strong["aggregates"], model=model, attack=ENSEMBLE, eps=eps)
+    group = strong and find_group(strong["aggregates"], model=model, attack=AUTOATTACK, eps=eps)
     return group["robust_accuracy"] if group else None
 
 

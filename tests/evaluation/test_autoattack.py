@@ -62,10 +62,10 @@ def test_result_holds_every_case_and_member(model, standard):
     np.testing.assert_array_equal(r.clean_correct, np.asarray(jnp.argmax(logits_fn(x), -1)) == y)
     assert set(np.unique(r.broken_by)) <= {-2, -1, 0, 1, 2, 3}
     assert (r.broken_by[~r.clean_correct] == -2).all()
-    assert r.robust_accuracy[-1]["robust"] == int(r.robust.sum())
-    counts = [row["robust"] for row in r.robust_accuracy]
+    assert r.robust_accuracy[-1]["count"] == int(r.robust.sum())
+    counts = [row["count"] for row in r.robust_accuracy]
     assert counts == sorted(counts, reverse=True), "cumulative robust accuracy never rises"
-    lo, hi = r.robust_accuracy[-1]["interval"]
+    lo, hi = r.robust_accuracy[-1]["ci95"]
     assert lo <= r.robust.mean() <= hi
 
 

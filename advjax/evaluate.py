@@ -1,0 +1,234 @@
+"""AutoAttack any JAX model from the command line, with per-case records, a summary, a
+one-page report and the release gate.
+
+    python -m advjax.evaluate --checkpoint results/checkpoints/pgd_continue2_silu.msgpack \\
+        --data cifar10 --n 1000 --eps 8/255 --out runs/aa
+    python -m advjax.evaluate --model mypackage.models:make_logits_fn --n 1000 --out runs/aa
+
+`--model module:function` names any importable factory that returns a `logits_fn` (a
+function from a batch of NHWC pixels in [0, 1] to logits). `--n` takes the first n cases of
+the study's stratified draw of the test split (seed 42: the CIFAR study's 1,000 images for
+n=1000; every test image for n=10000). The records are written as cases are decided: a run killed
+at any moment resumes with the same command, without duplicates or lost cases. Exit code:
+0 done (gate allows, or no policy), 1 the gate holds, 2 bad input.
+"""
+
+import argparse
+import hashlib
+import importlib
+import shlex
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from advjax import backend
+
+DATASETS = ("cifar10",)
+
+
+def parse_eps(text: str) -> float:
+    """`8/255` or `0.031` -> float (input units)."""
+    try:
+        value = float(Fraction(text)) if "/" in text else float(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(
+            f"--eps {text!r}: expected a number such as 8/255"
+        ) from None
+    return value
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m advjax.evaluate",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="an advjax checkpoint (.msgpack)")
+    source.add_argument("--model", help="module:function, a factory returning logits_fn")
+    p.add_argument("--data", default="cifar10", choices=DATASETS)
+    p.add_argument(
+        "--data-dir", default=None, help="CIFAR-10 binary folder (else $ADVJAX_DATA_DIR)"
+    )
+    p.add_argument("--n", type=int, default=1000, help="test cases (stratified; 10000 = all)")
+    p.add_argument("--eps", type=parse_eps, default=8 / 255, help="budget, e.g. 8/255")
+    p.add_argument("--norm", default="linf", choices=("linf", "l2"))
+    p.add_argument("--version", default="standard", choices=("standard", "plus", "rand"))
+    p.add_argument("--key", type=int, default=0, help="root seed of every random choice")
+    p.add_argument("--batch-size", type=int, default=250)
+    p.add_argument("--out", required=True, help="output folder (records, summary, report)")
+    p.add_argument("--policy", default=None, help="release policy JSON the gate applies")
+    p.add_argument("--name", default=None, help="model name in the records (default: file stem)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p.parse_args(argv)
+
+
+def load_logits_fn(args):
+    """(logits_fn, name, model hash) of --checkpoint or --model."""
+    if args.checkpoint:
+        from advjax.io import load_checkpoint
+        from advjax.model import eval_logits_fn
+
+        path = Path(args.checkpoint)
+        model, variables = load_checkpoint(path)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        return eval_logits_fn(model, variables), args.name or path.stem, digest
+    module_name, sep, function = args.model.partition(":")
+    if not sep or not module_name or not function:
+        raise ValueError(f"--model {args.model!r}: expected module:function")
+    factory = getattr(importlib.import_module(module_name), function)
+    digest = hashlib.sha256(args.model.encode()).hexdigest()[:16]
+    return factory(), args.name or function, digest
+
+
+def load_cases(args):
+    """The first --n cases of the study's stratified draw of the test split (seed 42), so
+    n=1000 gives the CIFAR study's 1,000 images; every test image for n = 10,000."""
+    from advjax.data import load_cifar10, study_splits
+    from advjax.train import to_float
+
+    data = load_cifar10(args.data_dir)
+    total = len(data.test_labels)
+    if not 1 <= args.n <= total:
+        raise ValueError(f"--n {args.n} must be in [1, {total}]")
+    if args.n == total:
+        index = np.arange(total)
+    else:
+        size = 10 * -(-args.n // 10)
+        index = study_splits(data.train_labels, data.test_labels, eval_size=size).eval[: args.n]
+    return np.asarray(to_float(data.test_images[index])), data.test_labels[index], index, data
+
+
+def main(argv=None) -> int:
+    backend.configure()  # advjax's XLA CPU settings, before any JAX work
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return evaluate(args, argv)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the records in {args.out} are kept; the same command resumes",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    except (ValueError, TypeError, OSError) as error:
+        if args.debug:
+            raise
+        print(f"advjax.evaluate: error: {error}", file=sys.stderr)
+        return 2
+
+
+def evaluate(args, argv) -> int:
+    import jax
+
+    from advjax.evaluation import (
+        AUTOATTACK,
+        RecordLog,
+        aggregate_records,
+        autoattack_threat_model,
+        check_finite_loss,
+        check_perturbations,
+        decide,
+        format_decision,
+        load_policy,
+        run_autoattack,
+        run_summary,
+    )
+    from advjax.evaluation._autoattack import eps_zero_check, resolve_members
+    from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
+    from advjax.evaluation._autoattack_report import cumulative_rows, write_report
+    from advjax.io import atomic_write_json, atomic_write_text, environment
+
+    limit = 1.0 if args.norm == "linf" else float("inf")
+    if not 0 <= args.eps <= limit:
+        raise ValueError(
+            f"--eps {args.eps:g} must be in [0, {limit:g}] for --norm {args.norm} (e.g. 8/255)"
+        )
+    members = resolve_members(args.version, None, args.norm)
+    tm = autoattack_threat_model(args.eps, members, args.norm)
+    print(tm.describe())
+    print(f"members: {', '.join(m.name for m in members)}")
+    logits_fn, name, digest = load_logits_fn(args)
+    x, y, index, data = load_cases(args)
+    out = Path(args.out)
+    log = RecordLog(out / "records.jsonl")
+    started = time.perf_counter()
+
+    def on_run(member, target, restart, left):
+        elapsed = time.perf_counter() - started
+        print(f"  [{elapsed:6.0f} s] {member.name} target {target} restart {restart}: "
+              f"{left} still robust", flush=True)  # fmt: skip
+
+    run_autoattack(
+        log, logits_fn, x, y, args.eps, seed=args.key, model=name, model_hash=digest,
+        case_ids=index, norm=args.norm, version=args.version, batch_size=args.batch_size,
+        on_run=on_run,
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    records = [r for r in log.read() if r.model == name and r.eps == float(args.eps)]
+    groups = aggregate_records(records, num_classes=len(data.class_names))
+    random_model = args.version == "rand"
+    broken_by = _broken_by(records, members, index)
+    clean_correct = broken_by != -2
+    found = [
+        *probe_checks(logits_fn, x, y, random_model=random_model),
+        *black_box_check(broken_by, members),
+        eps_zero_check(logits_fn, x, y, clean_correct, members, args.norm,
+                       jax.random.key(args.key), random_model),
+    ]  # fmt: skip
+    summary = run_summary(
+        groups,
+        [check_perturbations(groups), check_finite_loss(groups), *found],
+        tm,
+        extra={
+            "command": "python -m advjax.evaluate " + shlex.join(args_list(argv)),
+            "members": [m.name for m in members],
+            "version": args.version,
+            "seconds": seconds,
+            "threat_model_text": tm.describe(),
+            "robust_accuracy_after": [
+                {"after": label, **rate} for label, rate in cumulative_rows(groups, members, name)
+            ],
+            "environment": environment(),
+        },
+    )
+    atomic_write_json(out / "summary.json", summary)
+    decision_text = ""
+    code = 0
+    if args.policy:
+        policy, policy_hash = load_policy(args.policy)
+        decision = decide(policy, summary)
+        decision_text = (
+            format_decision(decision) + f"\n  policy {args.policy} (sha256 {policy_hash})\n"
+        )
+        atomic_write_text(out / "gate.txt", decision_text)
+        code = 0 if decision.allow else 1
+    write_report(out / "report.html", summary, groups, members, name, decision_text)
+    final = next(g for g in groups if g["attack"] == AUTOATTACK)
+    ra = final["robust_accuracy"]
+    print(f"{name}: robust accuracy {100 * ra['value']:.1f} % ({ra['count']}/{ra['total']}) "
+          f"under AutoAttack {args.version} at eps {args.eps:.5g} ({args.norm}); {seconds:.0f} s")  # fmt: skip
+    if decision_text:
+        print(decision_text.rstrip())
+    print(f"wrote {out}/records.jsonl, summary.json, report.html")
+    return code
+
+
+def args_list(argv):
+    return list(sys.argv[1:] if argv is None else argv)
+
+
+def _broken_by(records, members, index) -> np.ndarray:
+    position = {int(c): i for i, c in enumerate(index)}
+    out = np.full(len(index), -1, np.int32)
+    names = [m.name for m in members]
+    for r in records:
+        if r.attack in names and r.status == "success":
+            out[position[r.case_id]] = names.index(r.attack)
+        elif r.status == "skipped_clean_wrong":
+            out[position[r.case_id]] = -2
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
