@@ -69,13 +69,11 @@ def parse_args(argv):
 def load_logits_fn(args):
     """(logits_fn, name, model hash) of --checkpoint or --model."""
     if args.checkpoint:
-        from advjax.io import load_checkpoint
-        from advjax.model import eval_logits_fn
+        from advjax.io import load_logits_fn
 
         path = Path(args.checkpoint)
-        model, variables = load_checkpoint(path)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-        return eval_logits_fn(model, variables), args.name or path.stem, digest
+        logits_fn, digest = load_logits_fn(path)
+        return logits_fn, args.name or path.stem, digest
     module_name, sep, function = args.model.partition(":")
     if not sep or not module_name or not function:
         raise ValueError(f"--model {args.model!r}: expected module:function")
@@ -105,13 +103,16 @@ def load_cases(args):
 def main(argv=None) -> int:
     backend.configure()  # advjax's XLA CPU settings, before any JAX work
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    from advjax.io import LockedError, OutputLock
+
     try:
-        return evaluate(args, argv)
+        with OutputLock(args.out):
+            return evaluate(args, argv)
     except KeyboardInterrupt:
         print(f"\ninterrupted: the records in {args.out} are kept; the same command resumes",
               file=sys.stderr)  # fmt: skip
         return 130
-    except (ValueError, TypeError, OSError) as error:
+    except (ValueError, TypeError, OSError, LockedError) as error:
         if args.debug:
             raise
         print(f"advjax.evaluate: error: {error}", file=sys.stderr)
@@ -123,7 +124,6 @@ def evaluate(args, argv) -> int:
 
     from advjax.evaluation import (
         AUTOATTACK,
-        RecordLog,
         aggregate_records,
         autoattack_threat_model,
         check_finite_loss,
@@ -137,7 +137,7 @@ def evaluate(args, argv) -> int:
     from advjax.evaluation._autoattack import eps_zero_check, resolve_members
     from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
     from advjax.evaluation._autoattack_report import cumulative_rows, write_report
-    from advjax.io import atomic_write_json, atomic_write_text, environment
+    from advjax.io import RecordLog, atomic_write_json, atomic_write_text, environment
 
     limit = 1.0 if args.norm == "linf" else float("inf")
     if not 0 <= args.eps <= limit:

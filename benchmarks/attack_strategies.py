@@ -29,10 +29,10 @@ from advjax import backend
 from advjax.attacks import pgd_search
 from advjax.data import load_cifar10
 from advjax.evaluation import AttackSpec, attack_cases, case_keys, key_from_path, make_program
+from advjax.io import load_logits_fn
 from advjax.train import to_float
 from benchmarks.machine import describe_machine, maxrss_mib
 from benchmarks.report import write_atomic
-from experiments.cifar_robustness.evaluation import load_model
 
 REPO = str(Path(__file__).resolve().parents[1])
 
@@ -182,7 +182,7 @@ def main(argv=None) -> dict:
 
     study = Path(args.study)
     results = json.loads((study / "results.json").read_text())
-    logits_fn, _ = load_model(study / "checkpoints" / f"{args.model}.msgpack")
+    logits_fn, _ = load_logits_fn(study / "checkpoints" / f"{args.model}.msgpack")
     data = load_cifar10(args.data_dir)
     idx = np.asarray(results["data"]["eval_indices"])[: args.n]
     x = jnp.asarray(to_float(data.test_images[idx]))

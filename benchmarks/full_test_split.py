@@ -23,11 +23,11 @@ import numpy as np
 
 from advjax import backend
 from advjax.data import load_cifar10
-from advjax.evaluation import AttackSpec, RecordLog, ThreatModel, format_rate, rate, run_attack
+from advjax.evaluation import AttackSpec, ThreatModel, format_rate, rate, run_attack
+from advjax.io import RecordLog, load_logits_fn
 from advjax.train import to_float
 from benchmarks.machine import describe_machine, maxrss_mib
 from benchmarks.report import write_atomic
-from experiments.cifar_robustness.evaluation import load_model
 
 REPO = str(Path(__file__).resolve().parents[1])
 
@@ -54,7 +54,7 @@ def main(argv=None) -> dict:
     data = load_cifar10(args.data_dir)
     n = len(data.test_labels) if args.limit is None else args.limit
     x, y = np.asarray(to_float(data.test_images[:n])), np.asarray(data.test_labels[:n])
-    logits_fn, mhash = load_model(Path(args.study) / "checkpoints" / f"{args.model}.msgpack")
+    logits_fn, mhash = load_logits_fn(Path(args.study) / "checkpoints" / f"{args.model}.msgpack")
     tm = ThreatModel(eps=(eps,), steps=args.steps, restarts=args.restarts)
     spec = AttackSpec(
         name="pgd_full_test",

@@ -14,6 +14,15 @@ def test_the_attack_example_runs_on_a_plain_jnp_model():
     exec(compile(BLOCKS[0], "README.md", "exec"), {})  # noqa: S102
 
 
+def test_the_autoattack_example_runs_on_a_flax_linen_model():
+    namespace: dict = {}
+    exec(compile(BLOCKS[2], "README.md", "exec"), namespace)  # noqa: S102
+    result = namespace["result"]
+    assert result.robust_accuracy[-1]["total"] == 32
+    assert all(passed for _, passed in [(c.name, c.passed) for c in result.checks])
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("ADVJAX_DATA_DIR"), reason="needs ADVJAX_DATA_DIR")
 def test_the_checkpoint_example_runs(monkeypatch):
     monkeypatch.chdir(ROOT)

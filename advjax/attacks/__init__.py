@@ -11,6 +11,10 @@ from advjax.attacks._apgd import (
     apgd_targeted,
     apgd_with_loss,
 )
+from advjax.attacks._checks import (
+    check_budget,
+    check_eps,
+)
 from advjax.attacks._fab import (
     FABResult,
     fab,
@@ -36,8 +40,6 @@ from advjax.attacks._norms import (
 from advjax.attacks._pgd import (
     PGDResult,
     PGDState,
-    check_budget,
-    check_eps,
     fgsm,
     pgd,
     pgd_finish,

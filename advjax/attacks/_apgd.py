@@ -22,19 +22,21 @@ import numpy as np
 from jax import lax
 
 from advjax.attacks import _norms as norms
+from advjax.attacks._checks import (
+    _check_inputs,
+    _check_positive_int,
+    check_budget,
+    check_finite_logits,
+    check_key,
+    check_labels,
+)
 from advjax.attacks._losses import (
     per_example_cross_entropy,
     per_example_dlr,
     per_example_targeted_dlr,
 )
 from advjax.attacks._norms import ascent_direction, per_example, random_start
-from advjax.attacks._pgd import (
-    _check_inputs,
-    _check_positive_int,
-    _loss_and_grad,
-    check_budget,
-    restart_keys,
-)
+from advjax.attacks._pgd import _loss_and_grad, restart_keys
 from advjax.types import Array, ArrayLike, LogitsFn
 
 __all__ = ["APGDResult", "apgd", "apgd_targeted", "per_example_dlr", "per_example_targeted_dlr"]
@@ -211,6 +213,7 @@ def _prepare(x, y, eps, key, *, steps, norm, restarts, first_restart, rho, alpha
     _check_int("first_restart", first_restart, 0)
     _check_fraction("rho", rho, allow_zero=True)
     _check_fraction("alpha", alpha, allow_zero=False)
+    check_key(key)
     x, y = _check_inputs(x, y)
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(key)  # legacy uint32 keys, shape (2,) or (batch, 2)
@@ -290,6 +293,8 @@ def apgd(
     x, y, eps, keys = _prepare(
         x, y, eps, key, restarts=restarts, first_restart=first_restart, **options
     )
+    check_labels(logits_fn, x, y)
+    check_finite_logits(logits_fn, x)
     return _run(logits_fn, _LOSS_FNS[loss], x, y, eps, keys, **options)
 
 
@@ -311,6 +316,8 @@ def apgd_with_loss(
     whose targets are traced), with the rules and arguments of `apgd`."""
     options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
     x, y, eps, keys = _prepare(x, y, eps, key, restarts=restarts, first_restart=0, **options)
+    check_labels(logits_fn, x, y)
+    check_finite_logits(logits_fn, x)
     return _run(logits_fn, loss_fn, x, y, eps, keys, **options)
 
 
@@ -351,6 +358,8 @@ def apgd_targeted(
     x, y, eps, keys = _prepare(
         x, y, eps, key, restarts=restarts, first_restart=first_restart, **options
     )
+    check_labels(logits_fn, x, y)
+    check_finite_logits(logits_fn, x)
     clean_logits = logits_fn(x)
     if max(target_ranks) > clean_logits.shape[-1]:
         raise ValueError(f"{target_ranks=} exceed the {clean_logits.shape[-1]} classes")

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from advjax.attacks._checks import check_finite_logits
 from advjax.types import LogitsFn
 
 _NORMS = ("linf", "l2")
@@ -363,6 +364,7 @@ def fab(
         raise ValueError(
             f"y must lie in [0, {n_classes}), got values in [{int(jnp.min(y))}, {int(jnp.max(y))}]"
         )
+    check_finite_logits(logits_fn, x)
     keys = _example_keys(key, batch)
 
     eps = jnp.broadcast_to(eps.astype(x.dtype), (batch,))

@@ -6,7 +6,6 @@ and `grad` of the caller, and never modifies its inputs. Inputs are pixels in [0
 and step sizes are in the same pixel units (L2: the Euclidean norm over the whole image).
 """
 
-import math
 import numbers
 from typing import NamedTuple
 
@@ -16,6 +15,15 @@ import jax.numpy as jnp
 from jax import lax
 
 from advjax.attacks import _norms as norms
+from advjax.attacks._checks import (
+    _check_inputs,
+    _check_positive_int,
+    _is_concrete,
+    check_budget,
+    check_finite_logits,
+    check_key,
+    check_labels,
+)
 from advjax.attacks._losses import (
     LOSSES,
     attack_loss,
@@ -23,53 +31,6 @@ from advjax.attacks._losses import (
     per_example_cross_entropy,
 )
 from advjax.types import Array, ArrayLike, LogitsFn
-
-
-def _is_concrete(value) -> bool:
-    return not isinstance(value, jax.core.Tracer)
-
-
-def check_eps(eps, name: str = "eps") -> None:
-    """Raise ValueError for a budget that is concretely outside [0, 1] or NaN.
-
-    Traced values (inside the caller's `jit`) cannot be checked and pass through.
-    """
-    if isinstance(eps, numbers.Number) or (_is_concrete(eps) and jnp.ndim(eps) == 0):
-        value = float(eps)
-        if math.isnan(value) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"{name}={eps!r} must be in [0, 1] (pixel units, e.g. 8/255)")
-
-
-def check_budget(eps, norm: str = "linf", name: str = "eps") -> None:
-    """Raise ValueError for an unknown norm or a concrete budget outside its range: [0, 1]
-    for L-inf, finite and >= 0 for L2."""
-    norms.check_norm(norm)
-    if norm == "linf":
-        check_eps(eps, name)
-    else:
-        norms.check_l2_eps(eps, name)
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name}={value!r} must be an integer >= 1")
-
-
-def _check_inputs(x: ArrayLike, y: ArrayLike) -> tuple[Array, Array]:
-    x, y = jnp.asarray(x), jnp.asarray(y)
-    if y.ndim != 1:
-        raise ValueError(f"y must be a 1-D array of labels, got {y.shape=}")
-    if x.ndim < 2:
-        raise ValueError(f"x must be a batch with a leading example axis, got {x.shape=}")
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(
-            f"x and y must hold the same number of examples, got {x.shape=} {y.shape=}"
-        )
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise TypeError(f"x must be floating point pixels in [0, 1], got {x.dtype=}")
-    if not jnp.issubdtype(y.dtype, jnp.integer):
-        raise TypeError(f"y must hold integer class labels, got {y.dtype=}")
-    return x, y
 
 
 def _loss_and_grad(
@@ -126,8 +87,11 @@ def fgsm(
     """
     check_budget(eps, norm)
     x, y = _check_inputs(x, y)
+    check_labels(logits_fn, x, y)
     eps = jnp.asarray(eps, x.dtype)
-    _, _, grad = _loss_and_grad(logits_fn, x, y)
+    losses, _, grad = _loss_and_grad(logits_fn, x, y)
+    if _is_concrete(losses) and not bool(jnp.all(jnp.isfinite(losses))):
+        raise ValueError("logits_fn returned NaN or infinite logits on the clean inputs x")
     chex.assert_equal_shape((grad, x))
     return jnp.clip(x + eps * norms.ascent_direction(grad, norm), 0.0, 1.0)
 
@@ -309,7 +273,10 @@ def pgd_search(
         raise ValueError(f"loss={loss!r} must be one of {LOSSES}")
     if step_size is not None:
         check_budget(step_size, norm, name="step_size")
+    check_key(key)
     x, y = _check_inputs(x, y)
+    check_labels(logits_fn, x, y)
+    check_finite_logits(logits_fn, x)
     targeted = target is not None
     if targeted:
         target = jnp.asarray(target)

@@ -20,7 +20,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from advjax.attacks._pgd import _check_inputs, _check_positive_int, _project, check_eps
+from advjax.attacks._checks import (
+    _check_inputs,
+    _check_positive_int,
+    check_eps,
+    check_finite_logits,
+    check_key,
+    check_labels,
+)
+from advjax.attacks._pgd import _project
 from advjax.types import Array, ArrayLike, LogitsFn
 
 # The reference schedule, written for a budget of 10,000 queries: p is p_init up to
@@ -213,10 +221,13 @@ def square_linf(
     check_eps(eps)
     _check_positive_int("queries", queries)
     _check_p_init(p_init)
+    check_key(key)
     x, y = _check_inputs(x, y)
     if x.ndim != 4:
         raise ValueError(f"x must be a batch of NHWC images, got {x.shape=}")
     keys = _example_keys(key, y.shape[0])
+    check_labels(logits_fn, x, y)
+    check_finite_logits(logits_fn, x)
     eps = jnp.asarray(eps, x.dtype)
     height, width = x.shape[1:3]
     sides = jnp.asarray(square_sides(p_init, queries, height, width))

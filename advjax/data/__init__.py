@@ -2,13 +2,16 @@
 
 from advjax.data._cifar10 import (
     CLASS_NAMES,
+    CUSTOM_DATA_ENV,
     DATA_DIR_ENV,
+    OFFICIAL,
     RECORD_BYTES,
     Cifar10,
     DataError,
     fingerprint,
     load_cifar10,
     read_binary_batch,
+    verify_official,
     write_binary_batch,
 )
 from advjax.data._splits import (
@@ -20,14 +23,17 @@ from advjax.data._splits import (
 __all__ = [
     "Cifar10",
     "CLASS_NAMES",
+    "CUSTOM_DATA_ENV",
     "DATA_DIR_ENV",
     "DataError",
     "fingerprint",
     "load_cifar10",
+    "OFFICIAL",
     "read_binary_batch",
     "RECORD_BYTES",
     "stratified_indices",
     "study_splits",
     "StudySplits",
+    "verify_official",
     "write_binary_batch",
 ]

@@ -280,21 +280,57 @@ def _load_tfds() -> Cifar10:
     return Cifar10(*arrays["train"], *arrays["test"], class_names=class_names, source="tfds")
 
 
-def load_cifar10(data_dir: str | os.PathLike | None = None) -> Cifar10:
+OFFICIAL = {
+    "train": (50000, "72c15e60c081b70e34054cb162580e0d24094d4efdce45b6c8c1fe5acc39221e"),
+    "test": (10000, "8353b1fbf11acba6dc8b5e9d2fb108294de95b6e979d31428bf914289e4189c5"),
+}
+"""Size and `fingerprint` of each official split (the arrays of the official release)."""
+CUSTOM_DATA_ENV = "ADVJAX_CUSTOM_DATA"
+
+
+def verify_official(data: "Cifar10") -> None:
+    """Raise DataError unless `data` holds the official splits: 50,000 / 10,000 images,
+    5,000 / 1,000 per class, and the official fingerprints."""
+    for split, (size, digest) in OFFICIAL.items():
+        images, labels = getattr(data, f"{split}_images"), getattr(data, f"{split}_labels")
+        per_class = np.bincount(np.asarray(labels), minlength=10)
+        if len(labels) != size or not (per_class == size // 10).all():
+            raise DataError(
+                f"{data.source}: the {split} split has {len(labels):,} images "
+                f"({per_class.tolist()} per class), the official one {size:,} "
+                f"({size // 10:,} per class); pass custom=True (or set {CUSTOM_DATA_ENV}=1) "
+                "for other data"
+            )
+        found = fingerprint(images, labels)
+        if found != digest:
+            raise DataError(
+                f"{data.source}: the {split} split parses but is not the official one "
+                f"(fingerprint {found[:16]}, official {digest[:16]}); pass custom=True (or set "
+                f"{CUSTOM_DATA_ENV}=1) for other data"
+            )
+
+
+def load_cifar10(
+    data_dir: str | os.PathLike | None = None, *, custom: bool | None = None
+) -> Cifar10:
     """Loads CIFAR-10 in the official order from a folder or from TFDS.
 
     Args:
         data_dir: folder in the official binary layout. ``None`` means the value of
             the ``ADVJAX_DATA_DIR`` environment variable if set and non-empty, else
             TensorFlow Datasets ``cifar10`` (``tfds.data_source``, ArrayRecord).
+        custom: accept data that is not the official release (other sizes or images);
+            ``None`` means ``$ADVJAX_CUSTOM_DATA == "1"``. Official data is checked
+            against `OFFICIAL` (sizes, class counts, fingerprints).
 
     Returns:
         A ``Cifar10`` with uint8 NHWC images and int32 labels; both sources give
         identical arrays (same ``fingerprint``).
 
     Raises:
-        DataError: a file is missing or malformed, or TFDS cannot provide the data
-            (e.g. offline); the message names the file or dataset.
+        DataError: a file is missing or malformed, TFDS cannot provide the data (e.g.
+            offline), or the data is not the official release (unless custom); the
+            message names the file or dataset.
 
     Example:
         >>> data = load_cifar10("/data/cifar10")
@@ -303,6 +339,9 @@ def load_cifar10(data_dir: str | os.PathLike | None = None) -> Cifar10:
     """
     if data_dir is None:
         data_dir = os.environ.get(DATA_DIR_ENV) or None
-    if data_dir is None:
-        return _load_tfds()
-    return _load_binary(Path(data_dir).expanduser())
+    data = _load_tfds() if data_dir is None else _load_binary(Path(data_dir).expanduser())
+    if custom is None:
+        custom = os.environ.get(CUSTOM_DATA_ENV) == "1"
+    if not custom:
+        verify_official(data)
+    return data

@@ -23,13 +23,15 @@ from advjax.evaluation._attack_spec import (
 from advjax.evaluation._autoattack import (
     VERSIONS,
     AutoAttackResult,
-    Decided,
     Member,
-    attack_members,
     autoattack,
     cumulative_accuracy,
-    eot_logits,
     resolve_members,
+)
+from advjax.evaluation._autoattack_engine import (
+    Decided,
+    attack_members,
+    eot_logits,
 )
 from advjax.evaluation._autoattack_records import (
     AUTOATTACK,
@@ -44,7 +46,6 @@ from advjax.evaluation._batch import (
 from advjax.evaluation._campaign import (
     ListLog,
     attack_group,
-    model_hash,
     replay_record,
     run_attack,
 )
@@ -83,10 +84,7 @@ from advjax.evaluation._records import (
     ROBUST_STATUSES,
     STATUSES,
     CaseRecord,
-    RecordError,
-    RecordLog,
     classify_status,
-    read_records,
 )
 from advjax.evaluation._sanity import (
     Check,
@@ -166,7 +164,6 @@ __all__ = [
     "Member",
     "member_hash",
     "METHODS",
-    "model_hash",
     "Outcome",
     "parse_eps",
     "parse_policy",
@@ -174,11 +171,8 @@ __all__ = [
     "PolicyError",
     "Program",
     "rate",
-    "read_records",
     "read_run_summary",
     "Reason",
-    "RecordError",
-    "RecordLog",
     "records_from_arrays",
     "replay_record",
     "require_threat_model",

@@ -4,9 +4,9 @@ import dataclasses
 import hashlib
 import json
 
+from advjax.attacks._checks import check_budget
 from advjax.attacks._losses import LOSSES
 from advjax.attacks._norms import NORMS
-from advjax.attacks._pgd import check_budget
 from advjax.evaluation._threat_model import ThreatModel, format_eps
 
 METHODS = ("fgsm", "pgd", "pgd_t", "apgd_ce", "apgd_dlr", "apgd_t", "square")

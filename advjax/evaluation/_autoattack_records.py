@@ -17,13 +17,14 @@ import numpy as np
 
 from advjax.evaluation._autoattack import (
     Member,
-    attack_members,
     clean_predictions,
     perturbation_sizes,
     resolve_members,
 )
-from advjax.evaluation._records import ROBUST_STATUSES, CaseRecord, RecordLog, classify_status
+from advjax.evaluation._autoattack_engine import attack_members
+from advjax.evaluation._records import ROBUST_STATUSES, CaseRecord, classify_status
 from advjax.evaluation._threat_model import ThreatModel
+from advjax.io._record_log import RecordLog
 
 AUTOATTACK = "autoattack"
 
@@ -91,6 +92,16 @@ def run_autoattack(
     x, y = np.asarray(x, np.float32), np.asarray(y)
     ids = np.arange(len(y)) if case_ids is None else np.asarray(case_ids)
     tm = autoattack_threat_model(eps, members, norm)
+    for member in members:
+        stale = log.hashes(model, member.name) - {
+            (model_hash, member_hash(member, norm), tm.digest())
+        }
+        if stale:
+            raise ValueError(
+                f"{log.path} holds {member.name} records of {model!r} made with other (model, "
+                f"attack, threat model) hashes {sorted(stale)}; the given model hash is "
+                f"{model_hash}: write to a new output folder"
+            )
     key = jax.random.key(seed)
     clean = clean_predictions(logits_fn, x, key, batch_size, random_model)
     start = _start_members(log, model, members, eps, ids)

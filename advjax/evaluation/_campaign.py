@@ -14,7 +14,6 @@ to a fixed `batch_size`, and within a restart broken cases stop between chunks o
 the batch, so `replay_record` re-runs any one record alone and gets the same record.
 """
 
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 
@@ -23,10 +22,12 @@ import numpy as np
 from advjax.evaluation._attack_spec import METHODS, AttackSpec, check_within_threat_model
 from advjax.evaluation._early_stop import Outcome, Program, attack_cases, make_program
 from advjax.evaluation._keys import case_keys, key_from_path
-from advjax.evaluation._records import CaseRecord, RecordLog
+from advjax.evaluation._records import CaseRecord
 from advjax.evaluation._scoring import records_from_arrays
 from advjax.evaluation._threat_model import ThreatModel, format_eps, require_threat_model
+from advjax.io._checkpoint import model_hash  # noqa: F401  (used by callers of run_attack)
 from advjax.io._progress import Progress
+from advjax.io._record_log import RecordLog
 from advjax.types import LogitsFn
 
 __all__ = [
@@ -40,12 +41,6 @@ __all__ = [
     "replay_record",
     "ListLog",
 ]
-
-
-def model_hash(path) -> str:
-    """First 16 hex digits of the SHA-256 of a checkpoint file."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()[:16]
 
 
 def run_attack(

@@ -18,7 +18,8 @@ import numpy as np
 
 from advjax.evaluation._attack_spec import AttackSpec
 from advjax.evaluation._campaign import run_attack
-from advjax.evaluation._records import ROBUST_STATUSES, CaseRecord, RecordLog
+from advjax.evaluation._records import ROBUST_STATUSES, CaseRecord
+from advjax.io._record_log import RecordLog
 
 ENSEMBLE = "ensemble"
 

@@ -9,8 +9,14 @@ from advjax.io._atomic import (
 from advjax.io._checkpoint import (
     CheckpointError,
     load_checkpoint,
+    load_logits_fn,
+    model_hash,
     read_checkpoint,
     save_checkpoint,
+)
+from advjax.io._lock import (
+    LockedError,
+    OutputLock,
 )
 from advjax.io._progress import (
     Progress,
@@ -18,6 +24,11 @@ from advjax.io._progress import (
 from advjax.io._provenance import (
     environment,
     git_state,
+)
+from advjax.io._record_log import (
+    RecordError,
+    RecordLog,
+    read_records,
 )
 
 __all__ = [
@@ -29,7 +40,14 @@ __all__ = [
     "environment",
     "git_state",
     "load_checkpoint",
+    "load_logits_fn",
+    "LockedError",
+    "model_hash",
+    "OutputLock",
     "Progress",
     "read_checkpoint",
+    "read_records",
+    "RecordError",
+    "RecordLog",
     "save_checkpoint",
 ]

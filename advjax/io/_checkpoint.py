@@ -1,5 +1,6 @@
 """Checkpoints as msgpack (no pickle): model hyper-parameters plus variables, bit-exact."""
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -82,3 +83,21 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[CompactCNN, dict[str, Any]
         raise CheckpointError(f"checkpoint {path} has an invalid model section: {e}") from e
     variables = jax.tree.map(jnp.asarray, payload["variables"])
     return model, variables
+
+
+def model_hash(path: str | os.PathLike) -> str:
+    """First 16 hex digits of the SHA-256 of a checkpoint file (the records' model_hash)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()[:16]
+
+
+def load_logits_fn(path: str | os.PathLike):
+    """(logits_fn, model_hash) of a checkpoint: the model in eval mode, ready to attack.
+
+    Example:
+      >>> logits_fn, digest = load_logits_fn("results/checkpoints/standard.msgpack")
+    """
+    from advjax.model._cnn import eval_logits_fn
+
+    model, variables = load_checkpoint(path)
+    return eval_logits_fn(model, variables), model_hash(path)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from advjax.attacks._pgd import check_eps
+from advjax.attacks._checks import check_eps
 from advjax.io._checkpoint import load_checkpoint, save_checkpoint
 from advjax.model._cnn import CompactCNN, check_activation
 from advjax.train._steps import (

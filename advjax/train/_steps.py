@@ -10,8 +10,9 @@ import jax
 import jax.numpy as jnp
 from flax.training import train_state
 
+from advjax.attacks._checks import check_eps
 from advjax.attacks._losses import per_example_cross_entropy
-from advjax.attacks._pgd import _project, check_eps, fgsm, pgd_start, pgd_steps
+from advjax.attacks._pgd import _project, fgsm, pgd_start, pgd_steps
 from advjax.train._augment import augment, to_float
 from advjax.types import Array, ArrayLike, LogitsFn
 

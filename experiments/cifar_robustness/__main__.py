@@ -1,5 +1,6 @@
 """`python -m experiments.cifar_robustness`."""
 
 from experiments.cifar_robustness.main import main
+from experiments.cli import run_command
 
-main()
+run_command(main, "experiments.cifar_robustness")

@@ -26,7 +26,6 @@ from advjax.data import load_cifar10
 from advjax.evaluation import (
     AttackSpec,
     Check,
-    RecordLog,
     ThreatModel,
     aggregate_records,
     check_finite_loss,
@@ -37,9 +36,8 @@ from advjax.evaluation import (
     run_attack,
     run_summary,
 )
-from advjax.io import atomic_write_json, atomic_write_text, environment
+from advjax.io import RecordLog, atomic_write_json, atomic_write_text, environment, load_logits_fn
 from advjax.train import to_float
-from experiments.cifar_robustness.evaluation import load_model
 from experiments.cifar_robustness.report import checks_table
 
 LINF_EPS = 8 / 255
@@ -123,7 +121,7 @@ def l2_checks(groups, names, eps: tuple[float, ...]) -> list[Check]:
 def run_part(out: Path, tm: ThreatModel, specs, names, study, study_dir, x, y, progress) -> list:
     log = RecordLog(out / "records.jsonl")
     for name in names:
-        logits_fn, mhash = load_model(study_dir / "checkpoints" / f"{name}.msgpack")
+        logits_fn, mhash = load_logits_fn(study_dir / "checkpoints" / f"{name}.msgpack")
         for spec in specs:
             run_attack(
                 log,

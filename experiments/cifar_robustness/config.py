@@ -10,6 +10,17 @@ TRAIN_SPLIT_SIZE = 50000
 """Images in CIFAR-10's official training split."""
 
 
+def _positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} must be an integer >= 1")
+
+
+def _fraction(name: str, value, *, high_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not (0 <= value < 1 if high_open else 0 <= value <= 1):
+        raise ValueError(f"{name}={value!r} must be in [0, 1{')' if high_open else ']'}")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """One model of the study: how it is trained and on how much data."""
@@ -28,6 +39,21 @@ class ModelSpec:
     learning_rate: float | None = None  # None: the study's
     adv_steps: int | None = None  # None: the mode's default (advjax.train.ADV_DEFAULTS)
     activation: str | None = None  # None: ReLU (advjax.model.ACTIVATIONS)
+
+    def __post_init__(self):
+        where = f"models.{self.name}"
+        _positive(f"{where}.train_size", self.train_size)
+        _positive(f"{where}.epochs", self.epochs)
+        if self.dropout_rate is not None:
+            _fraction(f"{where}.dropout_rate", self.dropout_rate, high_open=True)
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise ValueError(f"{where}.learning_rate={self.learning_rate!r} must be > 0")
+        if self.adv_steps is not None:
+            _positive(f"{where}.adv_steps", self.adv_steps)
+        if self.augment_pad is not None and (
+            not isinstance(self.augment_pad, int) or self.augment_pad < 0
+        ):
+            raise ValueError(f"{where}.augment_pad={self.augment_pad!r} must be an integer >= 0")
 
     def to_dict(self) -> dict:
         """Fields for hashing; the optional ones only when set (keeps older digests valid)."""
@@ -209,9 +235,26 @@ class StudyConfig:
     surrogate: ModelSpec | None = SURROGATE
 
     def __post_init__(self):
-        for eps in self.eps_list:
-            check_eps(eps)
-        check_eps(self.train_eps)
+        for name in ("train_size", "val_size", "eval_size", "batch_size", "attack_batch_size",
+                     "budget_batch_size", "budget_restarts"):  # fmt: skip
+            _positive(name, getattr(self, name))
+        if (
+            isinstance(self.saved_examples, bool)
+            or not isinstance(self.saved_examples, int)
+            or self.saved_examples < 0
+        ):
+            raise ValueError(f"saved_examples={self.saved_examples!r} must be an integer >= 0")
+        _fraction("dropout_rate", self.dropout_rate, high_open=True)
+        for name in ("learning_rate",):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be > 0")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"weight_decay={self.weight_decay!r} must be >= 0")
+        if self.eval_size % 10:
+            raise ValueError(f"eval_size={self.eval_size} must be a multiple of the 10 classes")
+        for i, eps in enumerate(self.eps_list):
+            check_eps(eps, f"eps_list[{i}]")
+        check_eps(self.train_eps, "train_eps")
         for spec in self.models:
             if spec.full_split:
                 if spec.train_size > TRAIN_SPLIT_SIZE - self.val_size:
@@ -225,8 +268,9 @@ class StudyConfig:
                 )
         if not 0 < self.pgd_step_fraction <= 1:
             raise ValueError(f"pgd_step_fraction={self.pgd_step_fraction} must be in (0, 1]")
-        for eps in (*self.budget_eps, self.large_eps):
-            check_eps(eps)
+        for i, eps in enumerate(self.budget_eps):
+            check_eps(eps, f"budget_eps[{i}]")
+        check_eps(self.large_eps, "large_eps")
         if self.pgd_steps < 1 or self.pgd_restarts < 1 or self.budget_steps < 1:
             raise ValueError(
                 f"pgd_steps={self.pgd_steps} and pgd_restarts={self.pgd_restarts} must be >= 1"

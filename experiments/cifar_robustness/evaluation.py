@@ -20,7 +20,6 @@ from advjax.evaluation import (
     CaseRecord,
     Check,
     ListLog,
-    RecordLog,
     ThreatModel,
     aggregate_records,
     attack_group,
@@ -30,15 +29,13 @@ from advjax.evaluation import (
     format_eps,
     load_policy,
     make_program,
-    model_hash,
     run_attack,
     run_checks,
     run_summary,
     zero_gradient_fraction,
 )
 from advjax.evaluation import _metrics as metrics
-from advjax.io import atomic_write_json, atomic_write_npz, load_checkpoint
-from advjax.model import eval_logits_fn
+from advjax.io import RecordLog, atomic_write_json, atomic_write_npz, load_logits_fn
 from experiments.cifar_robustness.config import StudyConfig
 
 ATTACK_SECONDS_FILE = "attack_seconds.json"
@@ -103,12 +100,6 @@ def attack_specs(config: StudyConfig) -> list[AttackSpec]:
     return specs
 
 
-def load_model(ckpt: Path):
-    """(logits_fn, model hash) of a checkpoint."""
-    model, variables = load_checkpoint(ckpt)
-    return eval_logits_fn(model, variables), model_hash(ckpt)
-
-
 def start_point_zero_gradients(logits_fn, x, y, batch_size: int = 250) -> float:
     """Share of cases whose input gradient of the loss is exactly zero at the clean input."""
     grad_fn = jax.jit(jax.grad(lambda z, t: per_example_cross_entropy(logits_fn(z), t).sum()))
@@ -168,7 +159,7 @@ def evaluate_model(
     log_line,
 ) -> dict:
     """Attack one model with every spec into `log`; return its extra evidence."""
-    logits_fn, mhash = load_model(ckpt)
+    logits_fn, mhash = load_logits_fn(ckpt)
     ids = np.arange(len(y))
     times_path = out / ATTACK_SECONDS_FILE
     times = json.loads(times_path.read_text()) if times_path.exists() else {}

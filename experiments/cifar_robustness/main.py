@@ -13,6 +13,7 @@ import tempfile
 
 from advjax import backend
 from advjax.data import DATA_DIR_ENV
+from advjax.io import LockedError, OutputLock
 from experiments.cifar_robustness.config import PROFILES, profile
 from experiments.cifar_robustness.dry_run import dry_run
 from experiments.cifar_robustness.report import write_report
@@ -79,16 +80,24 @@ def main(argv: list[str] | None = None) -> dict:
         sys.argv[1:] if argv is None else argv
     )
     print(f"advjax CIFAR-10 robustness study, profile {config.profile}, output {out}")
-    results = run_study(
-        config,
-        out,
-        data_dir=args.data_dir,
-        force=args.force,
-        show_progress=not args.no_progress,
-        command=command,
-        **({"policy_path": args.policy} if args.policy else {}),
-    )
-    write_report(results, out)
+    try:
+        lock = OutputLock(out).acquire()
+    except LockedError as error:
+        print(f"experiments.cifar_robustness: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        results = run_study(
+            config,
+            out,
+            data_dir=args.data_dir,
+            force=args.force,
+            show_progress=not args.no_progress,
+            command=command,
+            **({"policy_path": args.policy} if args.policy else {}),
+        )
+        write_report(results, out)
+    finally:
+        lock.release()
     print(f"wrote {out}/results.json")
     return results
 

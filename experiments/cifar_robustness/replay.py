@@ -17,9 +17,10 @@ import numpy as np
 
 from advjax import backend
 from advjax.data import load_cifar10
-from advjax.evaluation import AttackSpec, CaseRecord, ThreatModel, read_records, replay_record
+from advjax.evaluation import AttackSpec, CaseRecord, ThreatModel, replay_record
+from advjax.io import load_logits_fn, read_records
 from advjax.train import to_float
-from experiments.cifar_robustness.evaluation import RECORDS_FILE, load_model
+from experiments.cifar_robustness.evaluation import RECORDS_FILE
 
 
 def _spec(results: dict, attack: str) -> AttackSpec:
@@ -36,14 +37,14 @@ def replay(run: Path, record: CaseRecord, results: dict, data) -> CaseRecord:
     """The record re-run alone on the run's checkpoint."""
     threat_model = ThreatModel.from_dict(results["threat_model"])
     spec = _spec(results, record.attack)
-    logits_fn, mhash = load_model(run / "checkpoints" / f"{record.model}.msgpack")
+    logits_fn, mhash = load_logits_fn(run / "checkpoints" / f"{record.model}.msgpack")
     if mhash != record.model_hash:
         raise ValueError(
             f"checkpoint of {record.model} has hash {mhash}, record names {record.model_hash}"
         )
     source_fn = source_hash = None
     if spec.source:
-        source_fn, source_hash = load_model(run / "checkpoints" / f"{spec.source}.msgpack")
+        source_fn, source_hash = load_logits_fn(run / "checkpoints" / f"{spec.source}.msgpack")
     index = results["data"]["eval_indices"][record.case_id]
     x = np.asarray(to_float(data.test_images[index : index + 1]))[0]
     return replay_record(

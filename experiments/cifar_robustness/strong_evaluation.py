@@ -24,7 +24,6 @@ from advjax.evaluation import (
     AUTOATTACK,
     Check,
     Member,
-    RecordLog,
     aggregate_records,
     autoattack_threat_model,
     check_finite_loss,
@@ -35,9 +34,8 @@ from advjax.evaluation import (
     run_autoattack,
     run_summary,
 )
-from advjax.io import atomic_write_json, atomic_write_text, environment
+from advjax.io import RecordLog, atomic_write_json, atomic_write_text, environment, load_logits_fn
 from advjax.train import to_float
-from experiments.cifar_robustness.evaluation import load_model
 from experiments.cifar_robustness.report import checks_table
 
 HELD_OUT = ("apgd-t", "fab-t", "square")
@@ -144,7 +142,7 @@ def main(argv=None) -> dict:
     names = args.models or list(study["models"])
     log = RecordLog(out / "records.jsonl")
     for name in names:
-        logits_fn, mhash = load_model(study_dir / "checkpoints" / f"{name}.msgpack")
+        logits_fn, mhash = load_logits_fn(study_dir / "checkpoints" / f"{name}.msgpack")
         progress = None if args.no_progress else _progress(name)
         run_autoattack(
             log, logits_fn, x, y, eps, seed=study["config"]["seed"], model=name,

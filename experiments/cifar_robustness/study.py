@@ -9,12 +9,13 @@ import jax
 import numpy as np
 
 from advjax.data import Cifar10, fingerprint, load_cifar10, stratified_indices, study_splits
-from advjax.evaluation import RecordLog
 from advjax.io import (
+    RecordLog,
     atomic_write_json,
     atomic_write_npz,
     environment,
     git_state,
+    load_logits_fn,
     read_checkpoint,
     save_checkpoint,
 )
@@ -25,7 +26,6 @@ from experiments.cifar_robustness.evaluation import (
     SUMMARY_FILE,
     attack_specs,
     evaluate_model,
-    load_model,
     model_results,
     release_decision,
     study_threat_model,
@@ -161,7 +161,7 @@ def run_study(
         spec.name: train_phase(config, spec, data, splits, out, show_progress, log)
         for spec in specs
     }
-    surrogate = load_model(checkpoints[config.surrogate.name]) if config.surrogate else None
+    surrogate = load_logits_fn(checkpoints[config.surrogate.name]) if config.surrogate else None
     records_log = RecordLog(out / RECORDS_FILE)
     extras = {}
     for spec in config.models:

@@ -14,6 +14,7 @@ import pytest
 
 from advjax.data import (
     CLASS_NAMES,
+    CUSTOM_DATA_ENV,
     DATA_DIR_ENV,
     RECORD_BYTES,
     Cifar10,
@@ -24,6 +25,7 @@ from advjax.data import (
     read_binary_batch,
     stratified_indices,
     study_splits,
+    verify_official,
     write_binary_batch,
 )
 
@@ -55,6 +57,12 @@ def _write_fixture(folder: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def fixture_dir(tmp_path: Path) -> tuple[Path, dict[str, tuple[np.ndarray, np.ndarray]]]:
     folder = tmp_path / "cifar10"
     return folder, _write_fixture(folder)
+
+
+@pytest.fixture(autouse=True)
+def _fixtures_are_custom_data(monkeypatch):
+    """The small fixtures here are not the official release."""
+    monkeypatch.setenv(CUSTOM_DATA_ENV, "1")
 
 
 @pytest.fixture(scope="module")
@@ -491,3 +499,33 @@ def test_stratified_indices_rejects_bad_input(labels, n, exclude, match):
     """Malformed labels, n or exclude raise ValueError naming the offending value."""
     with pytest.raises(ValueError, match=match):
         stratified_indices(labels, n, jax.random.key(0), exclude=exclude)
+
+
+def test_data_that_parses_but_is_not_the_official_release_is_refused(real_data, tmp_path):
+    """Fewer records, or other images in the official counts, are a DataError naming the
+    split, unless the data is declared custom."""
+    verify_official(real_data)
+    fewer = real_data._replace(
+        test_images=real_data.test_images[:-10], test_labels=real_data.test_labels[:-10]
+    )
+    with pytest.raises(DataError, match="test split has 9,990 images"):
+        verify_official(fewer)
+    other = real_data.test_images.copy()
+    other[0, 0, 0, 0] ^= 1
+    with pytest.raises(DataError, match="test split parses but is not the official one"):
+        verify_official(real_data._replace(test_images=other))
+
+
+def test_the_tfds_path_has_every_dependency_it_imports(tmp_path):
+    """In a fresh process, building the cifar10 builder (what `load_cifar10()` does before it
+    can reach the network) imports everything it needs: the installed package declares it."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("tensorflow_datasets")
+    code = (
+        "import tensorflow_datasets as tfds; "
+        f"b = tfds.builder('cifar10', data_dir={str(tmp_path)!r}); print(b.name)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "cifar10", done.stderr[-2000:]

@@ -213,6 +213,7 @@ def test_a_random_model_fails_the_randomness_check_of_a_deterministic_version(mo
     assert check.passed is False and "version='rand'" in check.evidence
 
 
+@pytest.mark.slow
 def test_flax_linen_and_nnx_models_work_as_they_are():
     import flax.linen as nn
     from flax import nnx
@@ -265,3 +266,30 @@ def test_equinox_and_haiku_models_where_installed(library):
 
 def test_top_level_export():
     assert advjax.autoattack is autoattack
+
+
+@pytest.mark.slow
+def test_cases_sharded_over_4_devices_give_the_one_device_outcome():
+    """The case batch sharded over a 4-device mesh (simulated CPU devices, in a subprocess)
+    gives every case the outcome it gets on one device."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (
+        f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4".strip()
+    )
+    env["JAX_PLATFORMS"] = "cpu"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.evaluation.autoattack_sharding_worker"], cwd=root, env=env,
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["devices"] == 4
+    assert out["broken_by_equal"] and out["queries_equal"]
+    assert out["x_adv_max_difference"] <= 1e-6

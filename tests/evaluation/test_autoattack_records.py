@@ -4,7 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from advjax.evaluation import AUTOATTACK, RecordLog, autoattack, run_autoattack
+from advjax.evaluation import AUTOATTACK, autoattack, run_autoattack
+from advjax.io import RecordLog
 from tests.evaluation.test_autoattack import EPS, STANDARD, _cases, _members, _mlp
 
 
@@ -42,6 +43,7 @@ class Killed(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_a_kill_at_any_moment_resumes_without_duplicates_or_lost_cases(tmp_path, case):
     """Killed after 1, 2 or 4 appends, the rerun gives the uninterrupted run's records."""
     whole = _run(RecordLog(tmp_path / "whole.jsonl"), case)
@@ -67,3 +69,14 @@ def test_a_kill_at_any_moment_resumes_without_duplicates_or_lost_cases(tmp_path,
         again = RecordLog(path)
         assert _run(again, case) == whole
         assert len(again.read()) == len(resumed_log.read()), "a finished run appends nothing"
+
+
+def test_records_of_another_model_or_budget_are_refused_not_mixed(tmp_path, case):
+    """A changed checkpoint (another model hash) or other member budgets in the same log
+    are refused before any work, naming the file."""
+    logits_fn, x, y, members = case
+    log = RecordLog(tmp_path / "r.jsonl")
+    _run(log, case)
+    with pytest.raises(ValueError, match="other .* hashes"):
+        run_autoattack(log, logits_fn, x, y, EPS, seed=3, model="mlp", model_hash="changed",
+                       members=members, batch_size=8)  # fmt: skip

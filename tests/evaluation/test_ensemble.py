@@ -9,14 +9,13 @@ from advjax.evaluation import (
     ENSEMBLE,
     ROBUST_STATUSES,
     AttackSpec,
-    RecordLog,
     ThreatModel,
     aggregate_records,
     ensemble_records,
     find_group,
-    read_records,
     run_ensemble,
 )
+from advjax.io import RecordLog, read_records
 
 EPS = 4 / 255
 TM = ThreatModel(eps=(EPS,), steps=20, restarts=1, queries=200)

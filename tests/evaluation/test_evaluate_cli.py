@@ -6,7 +6,7 @@ import os
 import pytest
 
 from advjax.evaluate import main
-from advjax.evaluation import read_records
+from advjax.io import read_records
 
 needs_data = pytest.mark.skipif(
     not os.environ.get("ADVJAX_DATA_DIR"), reason="needs ADVJAX_DATA_DIR"
@@ -14,6 +14,7 @@ needs_data = pytest.mark.skipif(
 MODEL = "tests.evaluation.cli_models:linear_logits_fn"
 
 
+@pytest.mark.slow
 @needs_data
 def test_a_model_factory_is_evaluated_into_records_summary_report_and_gate(tmp_path, capsys):
     policy = tmp_path / "policy.json"

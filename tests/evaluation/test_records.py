@@ -18,13 +18,11 @@ from conftest import case_record
 from advjax.evaluation import (
     STATUSES,
     CaseRecord,
-    RecordError,
-    RecordLog,
     ThreatModel,
     classify_status,
-    read_records,
     records_from_arrays,
 )
+from advjax.io import RecordError, RecordLog, read_records
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,7 +145,8 @@ def test_killed_run_partial_line_is_dropped_and_resume_does_not_duplicate(tmp_pa
     with open(path, "ab") as f:  # the kill hit during the write of case 3
         f.write(make_record(3).to_json().encode()[:40])
     assert len(read_records(path)) == 3  # readers ignore the partial tail
-    log = RecordLog(path)
+    with pytest.warns(UserWarning, match="dropped a partial last line \\(40 bytes\\)"):
+        log = RecordLog(path)
     assert log.dropped_bytes == 40
     assert path.read_bytes().endswith(b"\n")
     assert log.keys == {("standard", "pgd", 8 / 255, i) for i in range(3)}
@@ -210,7 +209,7 @@ WRITER = textwrap.dedent(
     import sys, time
     sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
     from tests.evaluation.test_records import make_record
-    from advjax.evaluation._records import RecordLog
+    from advjax.io._record_log import RecordLog
     log = RecordLog({path!r})
     for start in range(0, 100000, 50):
         log.append([make_record(i) for i in range(start, start + 50)], skip_existing=True)
@@ -295,7 +294,7 @@ def test_records_from_arrays_scores_each_case():
 def test_read_returns_what_the_file_holds_without_reparsing_it(tmp_path, monkeypatch):
     """`RecordLog.read()` equals a fresh parse of the file after appends, and does not read
     the file again (the study calls it once per model and ensemble member)."""
-    from advjax.evaluation import _records as records_module
+    from advjax.io import _record_log as records_module
 
     path = tmp_path / "r.jsonl"
     log = RecordLog(path)

@@ -7,13 +7,8 @@ import shutil
 import pytest
 
 from advjax import gate
-from advjax.evaluation import (
-    ThreatModel,
-    aggregate_records,
-    find_group,
-    read_records,
-    read_run_summary,
-)
+from advjax.evaluation import ThreatModel, aggregate_records, find_group, read_run_summary
+from advjax.io import read_records
 from experiments.cifar_robustness import attack_variants, replay, strong_evaluation
 from experiments.cifar_robustness import main as cifar_robustness
 from experiments.cifar_robustness.config import profile

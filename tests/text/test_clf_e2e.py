@@ -20,7 +20,7 @@ def test_quick_profile_end_to_end(tmp_path):
     from experiments.text_robustness.main import main
 
     results = main(
-        ["--profile", "quick", "--out", str(tmp_path), "--no-progress", "--eval-size", "16"]
+        ["--profile", "quick", "--out", str(tmp_path), "--no-progress", "--set", "eval_size=16"]
     )
     for name in (
         "records.jsonl",

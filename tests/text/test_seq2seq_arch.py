@@ -1,6 +1,6 @@
-"""The `--archs` option of experiments.seq2seq_robustness: the default study stays LSTM-only,
+"""The `archs` field (`--set archs=...`) of experiments.seq2seq_robustness: the default study stays LSTM-only,
 the Transformer spec is the one the stored fr-en Transformer was trained with (so the study
-reuses it instead of retraining), and `--archs transformer` trains, attacks and reports a tiny
+reuses it instead of retraining), and `--set archs=transformer` trains, attacks and reports a tiny
 Transformer end to end on real Multi30k."""
 
 import json
@@ -15,8 +15,9 @@ STORED = Path(__file__).parents[2] / "results/seq2seq/models/transformer_word_fr
 
 
 def test_default_config_is_lstm_only_and_lstm_names_are_unchanged():
-    """Without --archs the study builds exactly the LSTM specs it built before the option."""
-    from experiments.seq2seq_robustness.main import Config, main, profile
+    """Without archs set, the study builds exactly the LSTM specs it built before the option."""
+    from experiments.seq2seq_robustness.config import Config, profile
+    from experiments.seq2seq_robustness.main import main
 
     config = profile("default")
     assert config.archs == ("lstm",)
@@ -32,14 +33,14 @@ def test_default_config_is_lstm_only_and_lstm_names_are_unchanged():
         Config(transformer=config.model)
     with pytest.raises(ValueError, match="arch='gru'"):
         config.spec("gru", "fr", "word")
-    with pytest.raises(SystemExit):
-        main(["--archs", "gru"])
+    with pytest.raises(ValueError, match="archs"):
+        main(["--set", "archs=gru"])
 
 
 def test_transformer_spec_matches_the_stored_model():
     """The default Transformer spec stores exactly the spec in the trained model's config.json,
     which is the condition under which `train_or_load` reuses the folder."""
-    from experiments.seq2seq_robustness.main import profile
+    from experiments.seq2seq_robustness.config import profile
     from experiments.seq2seq_robustness.models import stored_spec
 
     if not STORED.exists():
@@ -50,14 +51,14 @@ def test_transformer_spec_matches_the_stored_model():
 
 @pytest.mark.slow
 def test_quick_profile_attacks_a_transformer(tmp_path):
-    """`--archs transformer` on the quick profile trains a tiny Transformer, attacks it with
+    """`--set archs=transformer` on the quick profile trains a tiny Transformer, attacks it with
     the three settings and writes records that keep each setting's constraint (~13 s; slow,
     like the LSTM quick-profile run)."""
     if not os.environ.get(TEXT_DIR_ENV):
         pytest.skip(f"{TEXT_DIR_ENV} is not set: the end-to-end run needs the Multi30k files")
     from experiments.seq2seq_robustness.main import main
 
-    results = main(["--profile", "quick", "--archs", "transformer", "--out", str(tmp_path)])
+    results = main(["--profile", "quick", "--set", "archs=transformer", "--out", str(tmp_path)])
     assert list(results["models"]) == ["transformer_word_fr-en"]
     assert results["config"]["archs"] == ["transformer"]
     stored = json.loads((tmp_path / "models/transformer_word_fr-en/config.json").read_text())

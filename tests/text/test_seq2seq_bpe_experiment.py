@@ -18,10 +18,11 @@ def test_quick_profile_bpe_end_to_end(tmp_path):
     if not os.environ.get(TEXT_DIR_ENV):
         pytest.skip(f"{TEXT_DIR_ENV} is not set: the end-to-end run needs the Multi30k files")
     from experiments.seq2seq_robustness.bpe_attacks import training_word_vocab
-    from experiments.seq2seq_robustness.main import main, profile
+    from experiments.seq2seq_robustness.config import profile
+    from experiments.seq2seq_robustness.main import main
 
     start = time.process_time()
-    results = main(["--profile", "quick", "--units", "bpe", "--out", str(tmp_path)])
+    results = main(["--profile", "quick", "--set", "units=bpe", "--out", str(tmp_path)])
     elapsed = time.process_time() - start
     assert elapsed < 90, f"quick BPE profile took {elapsed:.1f} CPU seconds"
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]

@@ -69,7 +69,7 @@ def test_lstm_specs_keep_their_pre_transformer_names_and_stored_keys():
 
 
 def test_paper_tables_put_each_model_of_a_language_pair_in_its_own_column():
-    from experiments.seq2seq_robustness.main import paper_tables
+    from experiments.seq2seq_robustness.study import paper_tables
 
     def model(arch, unit, lang, chrf, success):
         attack = {"chrf": {"s_src": 90.0, "d_tgt": 10.0 * success, "success": {"value": success}}}
@@ -182,7 +182,7 @@ def test_reused_models_are_referenced_not_attacked_or_copied(tmp_path, monkeypat
     run of the model is not reused."""
     import dataclasses
 
-    from experiments.seq2seq_robustness import main as s2s
+    from experiments.seq2seq_robustness import study as s2s
     from experiments.seq2seq_robustness.attacks import case_record
     from experiments.seq2seq_robustness.models import stored_spec
 

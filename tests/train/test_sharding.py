@@ -31,7 +31,7 @@ from advjax.train import _sharding as sharding
 DEVICES = 4
 RTOL, ATOL = 1e-4, 1e-5
 WORKER = Path(__file__).with_name("sharding_worker.py")
-REPO_ROOT = WORKER.parent.parent
+REPO_ROOT = WORKER.parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,196 @@
+"""The engine of AutoAttack: each member's runs (targets and restarts) in compiled batches,
+over the cases still robust, with broken cases leaving the batch between runs.
+
+A run is one jitted program per member (target and restart are traced), applied to padded
+batches whose size follows the number of cases left, so few shapes compile and little work
+is padding. Every case uses its own key, so the batching never changes a case's outcome.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from advjax.attacks._apgd import apgd, apgd_with_loss
+from advjax.attacks._fab import fab
+from advjax.attacks._losses import per_example_cross_entropy, per_example_targeted_dlr
+from advjax.attacks._square import square_linf
+
+JUDGE_DRAWS = 20  # a random model's verdict: the mean logits over this many fresh draws
+
+
+class Decided(NamedTuple):
+    """Cases whose outcome under member `member` became final; the arrays are over every
+    case (index them with `positions`): `queries` spent by this member, `run` the index of
+    the breaking run (-1 for cases it left robust)."""
+
+    member: int
+    positions: np.ndarray
+    broken: bool
+    adv_pred: np.ndarray
+    x_adv: np.ndarray
+    loss: np.ndarray
+    queries: np.ndarray
+    run: int
+
+
+def eot_logits(logits_fn, keys: jax.Array, draws: int, offset: int = 0):
+    """A deterministic stand-in for a random `logits_fn(x, key)`: per case i, the mean
+    logits over `draws` draws with keys fold_in(keys[i], offset + d), each case on its own
+    (so the draws of a case do not depend on the rest of its batch)."""
+
+    def one_case(z, k):
+        ks = jax.vmap(lambda d: jax.random.fold_in(k, offset + d))(jnp.arange(draws))
+        return jnp.mean(jax.vmap(lambda kd: logits_fn(z[None], kd)[0])(ks), axis=0)
+
+    return lambda z: jax.vmap(one_case)(z, keys)
+
+
+def make_run(logits_fn, member, *, norm: str, random_model: bool) -> Callable:
+    """The jitted run `(x, y, eps, keys, target, restart) -> (x_adv, pred, loss, queries)`.
+
+    `keys` are the cases' member keys; target and restart are traced, so one program
+    serves every run of the member. `loss` is the true-class cross-entropy at x_adv, by
+    which the worst case of a robust case is chosen across members.
+    """
+    method = member.method
+
+    def run(x, y, eps, keys, target, restart):
+        run_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, 1000 * target + restart)
+        if random_model:
+            # EOT: the attack ascends the mean over `eot` draws; the verdict takes fresh draws
+            craft = eot_logits(logits_fn, run_keys, member.eot)
+            judge = eot_logits(logits_fn, run_keys, JUDGE_DRAWS, offset=member.eot)
+        else:
+            craft = judge = logits_fn
+        common = dict(steps=member.steps, norm=norm, key=run_keys)
+        if method in ("apgd-ce", "apgd-dlr"):
+            x_adv = apgd(craft, x, y, eps, loss=method.removeprefix("apgd-"), **common).x_adv
+            spent = member.steps + 1
+        elif method == "apgd-t":
+            ranked = jnp.argsort(craft(x), axis=-1, descending=True)
+            goal = jnp.take_along_axis(ranked, jnp.full((len(y), 1), target + 1), axis=1)[:, 0]
+            loss_fn = lambda logits, labels: per_example_targeted_dlr(logits, labels, goal)  # noqa: E731
+            x_adv = apgd_with_loss(craft, loss_fn, x, y, eps, **common).x_adv
+            spent = member.steps + 1
+        elif method in ("fab", "fab-t"):
+            targeted = method == "fab-t"
+            x_adv = fab(
+                craft, x, y, eps, key=run_keys, norm=norm, targeted=targeted,
+                n_target_classes=1, first_target=target if targeted else 0,
+                steps=member.steps, restarts=1, eps_init=eps,
+            ).x_adv  # fmt: skip
+            spent = 2 * member.steps + 1
+        else:
+            r = square_linf(
+                craft, x, y, eps, key=run_keys, queries=member.queries, p_init=member.p_init
+            )
+            x_adv, spent = r.x_adv, r.queries_used
+        logits = judge(x_adv)
+        queries = jnp.broadcast_to(jnp.asarray(spent, jnp.int32), y.shape)
+        return x_adv, jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y), queries
+
+    return jax.jit(run)
+
+
+def _padded(index: np.ndarray, size: int):
+    """Chunks of `index`, each padded with its first entry to `size` (one compiled shape)."""
+    for start in range(0, len(index), size):
+        part = index[start : start + size]
+        yield part, np.concatenate([part, np.full(size - len(part), part[0], part.dtype)])
+
+
+def _batch_for(cases: int, batch_size: int, devices: int) -> int:
+    """The compiled batch for `cases` still to attack: at most `batch_size`, split evenly
+    over the fewest batches and rounded up to a multiple of 32 (a power of two below 32),
+    so padding stays small and few shapes compile; a multiple of the devices."""
+    batches = -(-cases // batch_size)
+    even = -(-cases // batches)
+    size = 1 << max(even - 1, 0).bit_length() if even < 32 else min(batch_size, -(-even // 32) * 32)
+    return -(-size // devices) * devices
+
+
+def _placer(mesh, axis: str):
+    if mesh is None:
+        return lambda a: a
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
+    return lambda a: jax.device_put(a, sharding)
+
+
+def attack_members(
+    logits_fn,
+    x: np.ndarray,
+    y: np.ndarray,
+    eps: float,
+    *,
+    key: jax.Array,
+    members: Sequence,
+    norm: str,
+    batch_size: int,
+    random_model: bool = False,
+    start_member: np.ndarray | None = None,
+    mesh=None,
+    mesh_axis: str = "data",
+    on_decided: Callable | None = None,
+    on_run: Callable | None = None,
+) -> dict:
+    """The engine of `autoattack`: run `members` in order on the cases still robust.
+
+    `start_member[i]` is the first member case i still needs (`len(members)`: decided, never
+    attacked); a resumed evaluation passes what its records already hold. A member's
+    outcome for a case is final when a run breaks it (reported at once) or after its last
+    run: `on_decided(Decided(...))` receives each such group of positions.
+    Returns host arrays: x_adv, broken_by (-1 none), queries (all members), loss, adv_pred.
+    """
+    n = len(y)
+    place = _placer(mesh, mesh_axis)
+    if mesh is not None and batch_size % mesh.shape[mesh_axis]:
+        raise ValueError(f"{batch_size=} must be a multiple of the {mesh.shape[mesh_axis]} devices")
+    devices = 1 if mesh is None else mesh.shape[mesh_axis]
+    case_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(n))
+    x_adv = np.array(x, np.float32, copy=True)
+    best_loss = np.full(n, -np.inf, np.float32)
+    broken_by = np.full(n, -1, np.int32)
+    adv_pred = np.asarray(y).copy()
+    queries = np.zeros(n, np.int64)
+    start = np.zeros(n, np.int64) if start_member is None else np.asarray(start_member)
+    report = on_decided or (lambda *args: None)
+    for m, member in enumerate(members):
+        todo = np.flatnonzero((start <= m) & (broken_by < 0))
+        if not len(todo):
+            continue
+        run = make_run(logits_fn, member, norm=norm, random_model=random_model)
+        keys = jax.vmap(jax.random.fold_in, (0, None))(case_keys, member.stream)
+        spent = np.zeros(n, np.int64)
+        for number, (target, restart) in enumerate(member.runs()):
+            for part, index in _padded(todo, _batch_for(len(todo), batch_size, devices)):
+                out = run(
+                    place(jnp.asarray(x[index])), place(jnp.asarray(y[index])),
+                    jnp.float32(eps), place(keys[index]), jnp.int32(target), jnp.int32(restart),
+                )  # fmt: skip
+                adv, pred, loss, cost = (np.asarray(a)[: len(part)] for a in out)
+                hit = pred != y[part]
+                adv_pred[part[hit | (broken_by[part] < 0)]] = pred[hit | (broken_by[part] < 0)]
+                spent[part] += cost
+                take = hit | (loss > best_loss[part])
+                x_adv[part[take]], best_loss[part[take]] = adv[take], loss[take]
+                broken_by[part[hit]] = m
+                if hit.any():
+                    report(Decided(m, part[hit], True, adv_pred, x_adv, best_loss, spent, number))
+            todo = todo[broken_by[todo] < 0]
+            if on_run is not None:
+                on_run(member, target, restart, len(todo))
+            if not len(todo):
+                break
+        queries += spent
+        if len(todo):
+            report(Decided(m, todo, False, adv_pred, x_adv, best_loss, spent, -1))
+    return {
+        "x_adv": x_adv,
+        "broken_by": broken_by,
+        "queries": queries,
+        "loss": best_loss,
+        "adv_pred": adv_pred,
+    }
