@@ -113,8 +113,13 @@ def _batch_for(cases: int, batch_size: int, devices: int) -> int:
 
 
 def _placer(mesh, axis: str):
+    """Put a batch's cases on the mesh's devices along `axis`. The mesh is used with Auto
+    axes (the compiler propagates shardings through the attacks' loops), whatever axis
+    types it was made with."""
     if mesh is None:
         return lambda a: a
+    auto = (jax.sharding.AxisType.Auto,) * len(mesh.axis_names)
+    mesh = jax.sharding.Mesh(mesh.devices, mesh.axis_names, axis_types=auto)
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
     return lambda a: jax.device_put(a, sharding)
 

@@ -166,7 +166,7 @@ def main(argv=None) -> dict:
             "command": "python -m experiments.cifar_robustness.strong_evaluation "
             + shlex.join(argv or sys.argv[1:]),
             "study": str(study_dir),
-            "members": [dataclasses.asdict(s) for s in specs],
+            "members": [{"name": s.name, **dataclasses.asdict(s)} for s in specs],
             "held_out": list(HELD_OUT),
             "environment": environment(),
             "study_git_revision": study["environment"]["git_revision"],

@@ -25,7 +25,11 @@ def load_strong(out: Path) -> dict | None:
 
 
 def _ensemble(strong: dict | None, model: str, eps: float) -> dict | None:
-    group = strong and find_group(strong["aggregates"], model=model, attack=AUTOATTACK, eps=eps)
+    # AutoAttack's records, or the three-member ensemble's where a summary holds that
+    group = strong and (
+        find_group(strong["aggregates"], model=model, attack=AUTOATTACK, eps=eps)
+        or find_group(strong["aggregates"], model=model, attack="ensemble", eps=eps)
+    )
     return group["robust_accuracy"] if group else None
 
 
@@ -66,7 +70,11 @@ def strong_table(results: dict, strong: dict | None) -> str:
             f"{train_time(results, m)} | {format_rate(m['clean_accuracy'])} | "
             f"{format_rate(pgd)} | {format_rate(ens) if ens else 'not run'} | {over} |"
         )
-    members = ", ".join(s["name"] for s in strong["extra"]["members"]) if strong else "none"
+    members = (
+        ", ".join(s.get("name") or s["method"] for s in strong["extra"]["members"])
+        if strong
+        else "none"
+    )
     note = (
         f"Ensemble members, in order, each on the cases still robust: {members} "
         f"(`experiments.cifar_robustness.strong_evaluation`; details in `strong_evaluation/tables.md`). "
