@@ -17,6 +17,7 @@ from advjax.attacks._apgd import apgd, apgd_with_loss
 from advjax.attacks._fab import fab
 from advjax.attacks._losses import per_example_cross_entropy, per_example_targeted_dlr
 from advjax.attacks._square import square_linf
+from advjax.evaluation._early_stop import _batches
 
 JUDGE_DRAWS = 20  # a random model's verdict: the mean logits over this many fresh draws
 
@@ -95,13 +96,6 @@ def make_run(logits_fn, member, *, norm: str, random_model: bool) -> Callable:
     return jax.jit(run)
 
 
-def _padded(index: np.ndarray, size: int):
-    """Chunks of `index`, each padded with its first entry to `size` (one compiled shape)."""
-    for start in range(0, len(index), size):
-        part = index[start : start + size]
-        yield part, np.concatenate([part, np.full(size - len(part), part[0], part.dtype)])
-
-
 def _batch_for(cases: int, batch_size: int, devices: int) -> int:
     """The compiled batch for `cases` still to attack: at most `batch_size`, split evenly
     over the fewest batches and rounded up to a multiple of 32 (a power of two below 32),
@@ -170,7 +164,7 @@ def attack_members(
         keys = jax.vmap(jax.random.fold_in, (0, None))(case_keys, member.stream)
         spent = np.zeros(n, np.int64)
         for number, (target, restart) in enumerate(member.runs()):
-            for part, index in _padded(todo, _batch_for(len(todo), batch_size, devices)):
+            for part, index in _batches(todo, _batch_for(len(todo), batch_size, devices)):
                 out = run(
                     place(jnp.asarray(x[index])), place(jnp.asarray(y[index])),
                     jnp.float32(eps), place(keys[index]), jnp.int32(target), jnp.int32(restart),
