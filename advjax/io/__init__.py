@@ -13,6 +13,7 @@ from advjax.io._checkpoint import (
     model_hash,
     read_checkpoint,
     save_checkpoint,
+    seal_checkpoint,
 )
 from advjax.io._lock import (
     LockedError,
@@ -50,4 +51,5 @@ __all__ = [
     "RecordError",
     "RecordLog",
     "save_checkpoint",
+    "seal_checkpoint",
 ]

@@ -1,4 +1,12 @@
-"""Checkpoints as msgpack (no pickle): model hyper-parameters plus variables, bit-exact."""
+"""Checkpoints as msgpack (no pickle): model hyper-parameters plus variables, bit-exact, sealed.
+
+File format (advjax-checkpoint-v1): one msgpack map with the sections "format", "model",
+"variables" and "metadata", plus "sha256", the hex SHA-256 of the msgpack serialisation of
+the map without "sha256" (keys in sorted order, as `flax.serialization.msgpack_serialize`
+writes them). Every read recomputes that digest and also checks that the file is exactly
+the serialisation of what it holds, so any changed byte is refused. The digest's first 16
+hex digits are the checkpoint's `model_hash`, the one every per-case record carries.
+"""
 
 import hashlib
 import os
@@ -8,16 +16,83 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import serialization
+from flax import serialization, traverse_util
 
 from advjax.io._atomic import atomic_write_bytes
 from advjax.model._cnn import CompactCNN
 
 CHECKPOINT_FORMAT = "advjax-checkpoint-v1"
+DIGEST_KEY = "sha256"
+SECTIONS = ("model", "variables", "metadata")
+INPUT_SHAPE = (1, 32, 32, 3)
+"""The input `load_checkpoint` initialises the model with (abstractly) to get its variable tree."""
 
 
 class CheckpointError(ValueError):
-    """A checkpoint file is missing, corrupt or of an unknown format."""
+    """A checkpoint file is missing, corrupt, unsealed or of an unknown format."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _seal(path: Path, payload: Mapping[str, Any]) -> bytes:
+    """The file bytes of `payload` (no digest) with its digest added.
+
+    Raises CheckpointError when the payload does not serialise reproducibly (a read would
+    then refuse the file), e.g. metadata holding objects msgpack cannot store as they are.
+    """
+    body = serialization.msgpack_serialize(dict(payload))
+    restored = serialization.msgpack_restore(body)
+    if serialization.msgpack_serialize(restored) != body:
+        raise CheckpointError(
+            f"checkpoint {path}: its contents do not serialise reproducibly "
+            "(use str, int, float, bool, None, lists, dicts and numpy arrays in metadata)"
+        )
+    return serialization.msgpack_serialize({**restored, DIGEST_KEY: _sha256(body)})
+
+
+def _parse(path: Path) -> tuple[bytes, dict[str, Any]]:
+    """(file bytes, decoded map) of a checkpoint whose format and sections are valid."""
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    raw = path.read_bytes()
+    try:
+        payload = serialization.msgpack_restore(raw)
+    except Exception as e:
+        raise CheckpointError(f"checkpoint {path} is corrupt: {e}") from e
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"checkpoint {path} is not in the {CHECKPOINT_FORMAT} format")
+    for section in SECTIONS:
+        if not isinstance(payload.get(section), dict):
+            raise CheckpointError(f"checkpoint {path} has no valid {section!r} section")
+    return raw, payload
+
+
+def _verified(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
+    """(payload without its digest, digest) of a checkpoint whose digest checks out."""
+    path = Path(path)
+    raw, payload = _parse(path)
+    stored = payload.pop(DIGEST_KEY, None)
+    if stored is None:
+        raise CheckpointError(
+            f"checkpoint {path} carries no {DIGEST_KEY} digest, so its integrity cannot be "
+            f"checked; if it is the file you expect, add one with "
+            f"advjax.io.seal_checkpoint({str(path)!r})"
+        )
+    body = serialization.msgpack_serialize(payload)
+    computed = _sha256(body)
+    if stored != computed:
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: stored {DIGEST_KEY} {stored}, computed {computed}"
+        )
+    expected = serialization.msgpack_serialize({**payload, DIGEST_KEY: stored})
+    if raw != expected:
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: its bytes (sha256 {_sha256(raw)}) are not the "
+            f"encoding of its contents (sha256 {_sha256(expected)})"
+        )
+    return payload, computed
 
 
 def save_checkpoint(
@@ -26,10 +101,13 @@ def save_checkpoint(
     variables: Mapping[str, Any],
     metadata: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write `model`'s hyper-parameters and `variables` to `path` atomically.
+    """Write `model`'s hyper-parameters and `variables` to `path` atomically, with a digest.
 
     `metadata` (JSON-like: str, int, float, lists and dicts of them) is stored beside the
     weights, e.g. the epoch and validation accuracy of the checkpoint.
+
+    Raises:
+      CheckpointError: `metadata` does not serialise reproducibly.
     """
     payload = {
         "format": CHECKPOINT_FORMAT,
@@ -42,62 +120,137 @@ def save_checkpoint(
         "variables": jax.tree.map(np.asarray, serialization.to_state_dict(dict(variables))),
         "metadata": dict(metadata or {}),
     }
-    return atomic_write_bytes(path, serialization.msgpack_serialize(payload))
+    return atomic_write_bytes(path, _seal(Path(path), payload))
+
+
+def seal_checkpoint(path: str | os.PathLike) -> str:
+    """Add the digest to a checkpoint file that has none; return its `model_hash`.
+
+    The model hash is then the first 16 hex digits of the SHA-256 of the file as it was,
+    so records made with the unsealed file keep matching it. Seal only a file you trust:
+    the digest vouches for whatever the file holds now. A file already sealed is verified
+    and left as it is.
+
+    Raises:
+      CheckpointError: the file is missing, corrupt or foreign, its stored digest does not
+        match, or its bytes are not the canonical encoding of its contents (its hash would
+        change).
+
+    Example:
+      >>> seal_checkpoint("old_run/checkpoints/standard.msgpack")
+      '7355343f62c492ed'
+    """
+    path = Path(path)
+    raw, payload = _parse(path)
+    if DIGEST_KEY in payload:
+        return _verified(path)[1][:16]
+    if serialization.msgpack_serialize(payload) != raw:
+        raise CheckpointError(
+            f"checkpoint {path} is not the canonical encoding of its contents: sealing it "
+            "would change its model hash"
+        )
+    atomic_write_bytes(path, _seal(path, payload))
+    return _sha256(raw)[:16]
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """The raw checkpoint payload (format, model, variables, metadata)."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
+    """The verified checkpoint payload (format, model, variables, metadata).
+
+    Raises:
+      CheckpointError: the file is missing, corrupt, foreign or carries no digest, or its
+        digest differs from the one computed from its contents (both are named).
+    """
+    return _verified(path)[0]
+
+
+def _model_from_spec(path: Path, spec: Mapping[str, Any]) -> CompactCNN:
+    """The CompactCNN a checkpoint's model section describes."""
+    if spec.get("name") != "CompactCNN":
+        raise CheckpointError(f"checkpoint {path} holds an unknown model {spec.get('name')!r}")
     try:
-        payload = serialization.msgpack_restore(path.read_bytes())
-    except Exception as e:
-        raise CheckpointError(f"checkpoint {path} is corrupt: {e}") from e
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"checkpoint {path} is not in the {CHECKPOINT_FORMAT} format")
-    for section in ("model", "variables", "metadata"):
-        if not isinstance(payload.get(section), dict):
-            raise CheckpointError(f"checkpoint {path} has no valid {section!r} section")
-    return payload
+        return CompactCNN(
+            num_classes=int(spec["num_classes"]),
+            dropout_rate=float(spec["dropout_rate"]),
+            activation=str(spec.get("activation", "relu")),  # absent: the ReLU model
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {path} has an invalid model section: {e}") from e
+
+
+def _describe(leaf: Any) -> str:
+    shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+    return f"{type(leaf).__name__}" if shape is None or dtype is None else f"{shape} {dtype}"
+
+
+def _check_variables(path: Path, model: CompactCNN, variables: Mapping[str, Any]) -> None:
+    """Raise CheckpointError unless `variables` has exactly the model's variable tree.
+
+    The model's tree comes from `jax.eval_shape` of `model.init` on an `INPUT_SHAPE`
+    input, so nothing is computed; every missing, extra, mis-shaped or mis-typed variable
+    is named with both shapes and dtypes.
+    """
+    shapes = jax.eval_shape(
+        lambda: model.init(jax.random.key(0), jnp.zeros(INPUT_SHAPE, jnp.float32), train=False)
+    )
+    want = traverse_util.flatten_dict(dict(shapes), sep="/")
+    got = traverse_util.flatten_dict(dict(variables), sep="/")
+    problems = [f"variable {n} ({_describe(want[n])}) is missing" for n in want if n not in got]
+    problems += [f"variable {n} ({_describe(got[n])}) is extra" for n in got if n not in want]
+    problems += [
+        f"variable {n} is {_describe(got[n])}, the model's is {_describe(want[n])}"
+        for n in want
+        if n in got and _describe(got[n]) != _describe(want[n])
+    ]
+    if problems:
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise CheckpointError(
+            f"checkpoint {path} does not fit its model: {'; '.join(problems[:5])}{more}"
+        )
+
+
+def _load(path: str | os.PathLike) -> tuple[CompactCNN, dict[str, Any], str]:
+    """(model, variables, digest) of a verified checkpoint whose variables fit its model."""
+    payload, digest = _verified(path)
+    model = _model_from_spec(Path(path), payload["model"])
+    _check_variables(Path(path), model, payload["variables"])
+    return model, jax.tree.map(jnp.asarray, payload["variables"]), digest
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[CompactCNN, dict[str, Any]]:
     """Load `(model, variables)` written by `save_checkpoint`, bit-identical.
 
+    Raises:
+      CheckpointError: the file does not verify (see `read_checkpoint`), its model section
+        is invalid, or its variables do not fit the model's own tree (each offending
+        variable path is named with both shapes and dtypes).
+
     Example:
       >>> model, variables = load_checkpoint("results/checkpoints/standard.msgpack")
       >>> logits_fn = advjax.model.eval_logits_fn(model, variables)
     """
-    payload = read_checkpoint(path)
-    spec = payload["model"]
-    if spec.get("name") != "CompactCNN":
-        raise CheckpointError(f"checkpoint {path} holds an unknown model {spec.get('name')!r}")
-    try:
-        model = CompactCNN(
-            num_classes=int(spec["num_classes"]),
-            dropout_rate=float(spec["dropout_rate"]),
-            activation=str(spec.get("activation", "relu")),  # older checkpoints: ReLU
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {path} has an invalid model section: {e}") from e
-    variables = jax.tree.map(jnp.asarray, payload["variables"])
+    model, variables, _ = _load(path)
     return model, variables
 
 
 def model_hash(path: str | os.PathLike) -> str:
-    """First 16 hex digits of the SHA-256 of a checkpoint file (the records' model_hash)."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()[:16]
+    """First 16 hex digits of a checkpoint's verified digest: the records' model_hash.
+
+    Raises:
+      CheckpointError: as `read_checkpoint`.
+    """
+    return _verified(path)[1][:16]
 
 
 def load_logits_fn(path: str | os.PathLike):
     """(logits_fn, model_hash) of a checkpoint: the model in eval mode, ready to attack.
+
+    Raises:
+      CheckpointError: as `load_checkpoint`.
 
     Example:
       >>> logits_fn, digest = load_logits_fn("results/checkpoints/standard.msgpack")
     """
     from advjax.model._cnn import eval_logits_fn
 
-    model, variables = load_checkpoint(path)
-    return eval_logits_fn(model, variables), model_hash(path)
+    model, variables, digest = _load(path)
+    return eval_logits_fn(model, variables), digest[:16]

@@ -13,7 +13,13 @@ from flax import serialization
 
 import advjax.io._atomic
 import advjax.train._loop
-from advjax.io import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from advjax.io import (
+    CheckpointError,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+    seal_checkpoint,
+)
 from advjax.model import CompactCNN
 from advjax.train import Batch, TrainConfig, create_train_state, evaluate, fit, make_train_step
 
@@ -170,7 +176,7 @@ def test_checkpoint_keeps_the_activation_and_reads_older_ones_as_relu(
     """A SiLU model comes back as SiLU; a checkpoint written before the activation was
     recorded loads as the ReLU model it was; an unknown activation is a CheckpointError."""
     _, variables = model_and_variables
-    silu = CompactCNN(dropout_rate=0.0, activation="silu")
+    silu = CompactCNN(num_classes=7, dropout_rate=0.0, activation="silu")
     path = save_checkpoint(tmp_path / "silu.msgpack", silu, variables)
     assert load_checkpoint(path)[0] == silu
     for activation, expected in ((None, "relu"), ("tanh", None)):
@@ -181,11 +187,12 @@ def test_checkpoint_keeps_the_activation_and_reads_older_ones_as_relu(
             payload["model"]["activation"] = activation
         old = tmp_path / f"{activation}.msgpack"
         old.write_bytes(serialization.msgpack_serialize(payload))
+        seal_checkpoint(old)
         if expected is None:
             with pytest.raises(CheckpointError, match="activation"):
                 load_checkpoint(old)
         else:
-            assert load_checkpoint(old)[0] == CompactCNN(dropout_rate=0.0)
+            assert load_checkpoint(old)[0] == CompactCNN(num_classes=7, dropout_rate=0.0)
 
 
 def test_train_config_activation_reaches_the_model():
