@@ -1,4 +1,5 @@
-"""Files: atomic writes, msgpack checkpoints, progress, and the provenance of a result."""
+"""Files: atomic writes, output-folder locks, record logs and their repair, msgpack
+checkpoints, progress, and the provenance of a result."""
 
 from advjax.io._atomic import (
     atomic_write_bytes,
@@ -29,7 +30,9 @@ from advjax.io._provenance import (
 from advjax.io._record_log import (
     RecordError,
     RecordLog,
+    RecordRepair,
     read_records,
+    repair_records,
 )
 
 __all__ = [
@@ -50,6 +53,8 @@ __all__ = [
     "read_records",
     "RecordError",
     "RecordLog",
+    "RecordRepair",
+    "repair_records",
     "save_checkpoint",
     "seal_checkpoint",
 ]

@@ -1,13 +1,27 @@
-"""Atomic file writes: write to a temporary file beside the target, then rename."""
+"""Atomic file writes: write to a temporary file beside the target, then rename.
+
+The temporary file is `.<name>.<8 random characters>.tmp` in the target's folder; a write
+killed before its rename leaves one behind, which `is_temporary` recognises so that the
+folder's next lock holder can remove it.
+"""
 
 import io
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+TEMPORARY_SUFFIX = ".tmp"
+_TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(TEMPORARY_SUFFIX))
+
+
+def is_temporary(name: str) -> bool:
+    """Whether a file name is that of an atomic write's temporary file (`.<name>.XXXXXXXX.tmp`)."""
+    return _TEMPORARY.fullmatch(name) is not None
 
 
 def _umask() -> int:
@@ -20,7 +34,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to `path` so that readers see the old file or the new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -2,7 +2,9 @@
 
 Two runs writing into one folder would interleave their records; the second is refused at
 once, with the first one's pid and command in the message. A lock whose process is gone
-(killed, machine restarted) is stale and taken over; the lock is released on exit.
+(killed, machine restarted) is stale and taken over; the lock is released on exit. A new
+holder removes the temporary files that killed atomic writes left in the folder tree,
+except in subfolders that another live process holds.
 """
 
 import json
@@ -10,6 +12,8 @@ import os
 import socket
 import sys
 from pathlib import Path
+
+from advjax.io._atomic import is_temporary
 
 LOCK_NAME = ".advjax.lock"
 
@@ -28,15 +32,70 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _owner(lock_path: Path) -> dict:
+    """The lock file's {pid, host, command}, or {} when it is missing or unreadable."""
+    try:
+        owner = json.loads(lock_path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _stale(lock_path: Path) -> bool:
+    """Whether no live process can own this lock file: an unreadable or half-written file,
+    or a pid that is gone on this host (a lock from another host is never stale here)."""
+    owner = _owner(lock_path)
+    pid = owner.get("pid")
+    if not isinstance(pid, int):
+        return True
+    same_host = owner.get("host") in (None, socket.gethostname())
+    return same_host and not _alive(pid)
+
+
+def held_by_a_live_process(folder: str | os.PathLike) -> bool:
+    """Whether `folder` holds a lock file whose owner is running (this process included)."""
+    lock_path = Path(folder) / LOCK_NAME
+    return lock_path.is_file() and not _stale(lock_path)
+
+
+def clear_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Remove the atomic writes' leftover temporary files under `folder`; return them.
+
+    Subfolders held by a live process are skipped whole: their temporaries may be writes
+    in progress. Call it only while holding `folder`'s lock, so that none below it are.
+    """
+    removed = []
+    for root, dirs, files in os.walk(folder):
+        here = Path(root)
+        dirs[:] = [d for d in dirs if not held_by_a_live_process(here / d)]
+        for name in files:
+            if is_temporary(name):
+                try:
+                    (here / name).unlink()
+                except OSError:  # gone already, or not ours to remove: left as it is
+                    continue
+                removed.append(here / name)
+    return removed
+
+
 class OutputLock:
     """`with OutputLock(folder):` holds `folder/.advjax.lock` for this process.
 
+    On taking the lock it removes the temporary files of atomic writes that a killed run
+    left in the folder tree (`cleared` lists them), outside subfolders that other live
+    runs hold.
+
     Raises:
       LockedError: another live process on this machine holds the lock.
+
+    Example:
+      >>> with OutputLock("results"):
+      ...     run_study(config, "results")
     """
 
     def __init__(self, folder: str | os.PathLike):
         self.path = Path(folder) / LOCK_NAME
+        self.cleared: list[Path] = []
         self._held = False
 
     def acquire(self) -> "OutputLock":
@@ -46,32 +105,19 @@ class OutputLock:
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
-                if self._stale():
+                if _stale(self.path):
                     self.path.unlink(missing_ok=True)
                     continue
                 raise LockedError(self._message()) from None
             with os.fdopen(fd, "w") as f:
                 json.dump(owner, f)
             self._held = True
+            self.cleared = clear_temporaries(self.path.parent)
             return self
         raise LockedError(self._message())
 
-    def _owner(self) -> dict:
-        try:
-            return json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def _stale(self) -> bool:
-        owner = self._owner()
-        pid = owner.get("pid")
-        if not isinstance(pid, int):
-            return True  # unreadable or half-written: no live owner can be named
-        same_host = owner.get("host") in (None, socket.gethostname())
-        return same_host and not _alive(pid)
-
     def _message(self) -> str:
-        owner = self._owner()
+        owner = _owner(self.path)
         return (
             f"{self.path.parent} is in use by process {owner.get('pid')} "
             f"({owner.get('command', 'unknown command')}); wait for it to finish, or remove "

@@ -6,10 +6,16 @@ opened with O_APPEND, then fsyncs). A line without its terminating newline can o
 from a process killed during a write: readers ignore it and `RecordLog` truncates it away
 when it reopens the file, so the resumed run re-computes that case instead of duplicating
 or losing it.
+
+Keys (model, attack, eps, case_id) are unique in a log. A file that holds a key twice (two
+runs once wrote into one folder) is refused when opened; `repair_records` keeps the first
+copy of each key and moves the others to the sibling `<name>.duplicates.jsonl`, so that
+the study resumes without retraining and without losing a line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import warnings
@@ -17,12 +23,18 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from advjax.io._atomic import atomic_write_bytes
+
 if TYPE_CHECKING:
     from advjax.evaluation._records import CaseRecord
 
 
 class RecordError(ValueError):
-    """A malformed record line; the message starts with 'path:line:'."""
+    """A malformed or duplicated record line; the message starts with 'path:line:'."""
+
+
+REPAIR_FLAG = "--repair-records"
+"""The commands' flag that runs `repair_records` on their output folder's record files."""
 
 
 def _case_record():
@@ -109,14 +121,15 @@ class RecordLog:
             )
         if created:
             _fsync_dir(self.path.parent)
-        self._keys: set = set()
         self._hashes: dict[tuple[str, str], set] = {}
         self._records: list[CaseRecord] = list(records)
+        first_line: dict[tuple, int] = {}
         for number, record in enumerate(records, start=1):
-            if record.key in self._keys:
-                raise RecordError(f"{self.path}:{number}: duplicate record for {record.key}")
-            self._keys.add(record.key)
+            if record.key in first_line:
+                raise RecordError(_duplicate_message(self.path, number, record.key, first_line))
+            first_line[record.key] = number
             self._note_hashes(record)
+        self._keys: set = set(first_line)
 
     def _note_hashes(self, record: CaseRecord) -> None:
         self._hashes.setdefault((record.model, record.attack), set()).add(
@@ -169,20 +182,115 @@ class RecordLog:
                 seen.add(record.key)
         if not batch:
             return 0
-        data = "".join(r.to_json() + "\n" for r in batch).encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            view = memoryview(data)
-            while view:  # one write in practice; loop only on a short write
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _append_bytes(self.path, "".join(r.to_json() + "\n" for r in batch).encode("utf-8"))
         self._keys |= seen
         self._records.extend(batch)
         for record in batch:
             self._note_hashes(record)
         return len(batch)
+
+
+def _duplicate_message(path: Path, number: int, key: tuple, first_line: dict) -> str:
+    return (
+        f"{path}:{number}: duplicate record for {key} (first at line {first_line[key]}); run "
+        f"the same command with {REPAIR_FLAG} to keep the first copy of each record and move "
+        f"the others to {duplicates_path(path).name} (advjax.io.repair_records does the same)"
+    )
+
+
+def _append_bytes(path: Path, data: bytes) -> None:
+    """Append `data` with one write (looping only on a short write), then fsync."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def duplicates_path(path: str | os.PathLike) -> Path:
+    """Where `repair_records` saves a record file's dropped lines: `records.duplicates.jsonl`
+    beside `records.jsonl`."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.duplicates{path.suffix}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordRepair:
+    """What `repair_records` did to one record file.
+
+    Attributes:
+      path: the record file.
+      kept: records left in it, one per key (model, attack, eps, case_id).
+      dropped: later copies of a key, removed from it.
+      dropped_differing: how many of the dropped copies differ from the kept one (same
+        key, other content: two runs disagreed on that case).
+      duplicates_path: the sibling file the dropped lines were appended to (untouched when
+        nothing was dropped).
+    """
+
+    path: Path
+    kept: int
+    dropped: int
+    dropped_differing: int
+    duplicates_path: Path
+
+    def describe(self) -> str:
+        """One line for a person: what was kept, dropped and where the dropped lines went."""
+        if not self.dropped:
+            return f"{self.path}: {self.kept:,} records, no duplicates; left as it was"
+        return (
+            f"{self.path}: kept the first copy of {self.kept:,} records, dropped "
+            f"{self.dropped:,} duplicates ({self.dropped_differing:,} differing from the kept "
+            f"copy), appended to {self.duplicates_path}"
+        )
+
+
+def repair_records(path: str | os.PathLike) -> RecordRepair:
+    """Keep the first copy of each key in a record file; move the later copies aside.
+
+    The dropped lines are appended to `duplicates_path(path)` (fsynced) before the record
+    file is rewritten atomically (a temporary file, then a rename), so that a kill at any
+    moment loses no line. A trailing partial line is kept as it is, for `RecordLog` to
+    drop as usual. No process may write the file meanwhile: the commands hold the output
+    folder's lock while they repair.
+
+    Args:
+      path: the record file (JSON lines of `CaseRecord`s).
+
+    Returns:
+      A `RecordRepair` with the counts.
+
+    Raises:
+      FileNotFoundError: no such file.
+      RecordError: a line is not a valid record ('file:line'); duplicates are all that
+        this repairs.
+
+    Example:
+      >>> repair = repair_records("results/records.jsonl")
+      >>> print(repair.describe())
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    lines = data[:end].split(b"\n")[:-1]
+    first: dict[tuple, str] = {}
+    kept, dropped, differing = [], [], 0
+    for line, record in zip(lines, _parse(data[:end], path)):
+        text = record.to_json()
+        if record.key not in first:
+            first[record.key] = text
+            kept.append(line + b"\n")
+        else:
+            dropped.append(line + b"\n")
+            differing += text != first[record.key]
+    repair = RecordRepair(path, len(kept), len(dropped), differing, duplicates_path(path))
+    if dropped:
+        _append_bytes(repair.duplicates_path, b"".join(dropped))
+        atomic_write_bytes(path, b"".join(kept) + data[end:])
+    return repair
 
 
 def _fsync_dir(path: Path) -> None:

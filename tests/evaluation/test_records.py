@@ -22,7 +22,7 @@ from advjax.evaluation import (
     classify_status,
     records_from_arrays,
 )
-from advjax.io import RecordError, RecordLog, read_records
+from advjax.io import RecordError, RecordLog, RecordRepair, read_records, repair_records
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -197,11 +197,61 @@ def test_bad_line_error_names_file_and_line(tmp_path):
         read_records(path, strict=True)
 
 
-def test_duplicate_lines_in_an_existing_file_are_reported(tmp_path):
+def test_opening_a_log_with_duplicates_names_file_line_and_the_flag(tmp_path):
     path = tmp_path / "r.jsonl"
-    path.write_text(make_record(0).to_json() + "\n" + make_record(0).to_json() + "\n")
-    with pytest.raises(RecordError, match=f"{path}:2: duplicate"):
+    lines = [make_record(i).to_json() for i in (0, 1, 1)]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecordError, match=f"{path}:3: duplicate .*first at line 2") as error:
         RecordLog(path)
+    assert "--repair-records" in str(error.value) and "r.duplicates.jsonl" in str(error.value)
+
+
+def test_repair_keeps_the_first_copy_counts_the_dropped_and_saves_them(tmp_path):
+    """Later copies of a key leave the file for records.duplicates.jsonl (appended, in file
+    order); those that differ from the kept copy are counted; the log then opens."""
+    path = tmp_path / "records.jsonl"
+    first = [make_record(i).to_json() for i in range(3)]
+    same, differing = make_record(1).to_json(), make_record(0, final_loss=9.0).to_json()
+    path.write_text("\n".join([first[0], first[1], same, differing, first[2]]) + "\n")
+    (tmp_path / "records.duplicates.jsonl").write_text("earlier\n")
+    repair = repair_records(path)
+    assert repair == RecordRepair(path, 3, 2, 1, tmp_path / "records.duplicates.jsonl")
+    assert path.read_text().splitlines() == first
+    saved = (tmp_path / "records.duplicates.jsonl").read_text().splitlines()
+    assert saved == ["earlier", same, differing]
+    assert [r.case_id for r in RecordLog(path).read()] == [0, 1, 2]
+    assert "dropped 2 duplicates (1 differing" in repair.describe()
+    assert not list(tmp_path.glob(".*.tmp")), "the rewrite renamed its temporary"
+
+
+def test_repair_of_a_plain_log_changes_nothing(tmp_path):
+    """No duplicates: the file keeps its bytes (a partial last line included, left for
+    RecordLog to drop) and no duplicates file appears."""
+    path = tmp_path / "records.jsonl"
+    data = "".join(make_record(i).to_json() + "\n" for i in range(3)) + '{"case_'
+    path.write_text(data)
+    repair = repair_records(path)
+    assert (repair.kept, repair.dropped, repair.dropped_differing) == (3, 0, 0)
+    assert path.read_text() == data
+    assert not repair.duplicates_path.exists()
+    assert "no duplicates" in repair.describe()
+
+
+def test_repair_keeps_a_partial_last_line_after_the_kept_records(tmp_path):
+    path = tmp_path / "records.jsonl"
+    line = make_record(0).to_json()
+    path.write_text(f"{line}\n{line}\n{line[:20]}")
+    assert repair_records(path).dropped == 1
+    assert path.read_text() == f"{line}\n{line[:20]}"
+
+
+def test_repair_refuses_a_malformed_line_and_leaves_the_file(tmp_path):
+    path = tmp_path / "records.jsonl"
+    data = make_record(0).to_json() + "\nnot json\n" + make_record(0).to_json() + "\n"
+    path.write_text(data)
+    with pytest.raises(RecordError, match=f"{path}:2: "):
+        repair_records(path)
+    assert path.read_text() == data and not (tmp_path / "records.duplicates.jsonl").exists()
 
 
 WRITER = textwrap.dedent(

@@ -4,11 +4,28 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 from advjax.io import LockedError, OutputLock
+from advjax.io._atomic import is_temporary
 from advjax.io._lock import LOCK_NAME
+
+
+def dead_pid() -> int:
+    """The pid of a process that has already exited."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return int(done.stdout)
+
+
+def leftover_temporary(folder, target: str) -> str:
+    """A temporary file named as `atomic_write_bytes` names them, as a killed write leaves it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(dir=folder, prefix=f".{target}.", suffix=".tmp")
+    os.close(fd)
+    return os.path.basename(path)
 
 
 def test_a_second_writer_is_refused_with_the_first_ones_pid(tmp_path):
@@ -20,13 +37,47 @@ def test_a_second_writer_is_refused_with_the_first_ones_pid(tmp_path):
         pass
 
 
-def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": int(dead.stdout), "command": "gone"}))
+@pytest.mark.parametrize("content", ["dead pid", "", '{"pid": '], ids=["dead", "empty", "cut"])
+def test_a_stale_lock_is_taken_over(tmp_path, content):
+    """A lock of a process that is gone, or one cut short before its pid was written."""
+    if content == "dead pid":
+        content = json.dumps({"pid": dead_pid(), "command": "gone"})
+    (tmp_path / LOCK_NAME).write_text(content)
     with OutputLock(tmp_path):
         owner = json.loads((tmp_path / LOCK_NAME).read_text())
         assert owner["pid"] == os.getpid()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_temporaries_are_cleared_but_not_another_live_runs(tmp_path):
+    """Taking a lock removes killed atomic writes' temporaries in the folder tree (and in
+    subfolders of dead runs), keeps those of a subfolder that a live process holds, and
+    keeps every other file."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live, stale, plain = tmp_path / "live", tmp_path / "stale", tmp_path / "a" / "b"
+        gone = [leftover_temporary(tmp_path, "results.json"), leftover_temporary(plain, "x.npz")]
+        gone.append(leftover_temporary(stale, "summary.json"))
+        kept = leftover_temporary(live, "records.jsonl")
+        (live / LOCK_NAME).write_text(json.dumps({"pid": sleeper.pid, "command": "other"}))
+        (stale / LOCK_NAME).write_text(json.dumps({"pid": dead_pid(), "command": "gone"}))
+        for name in ("notes.tmp", ".tmp", "results.json"):
+            (tmp_path / name).write_text("x")
+        with OutputLock(tmp_path) as lock:
+            assert sorted(p.name for p in lock.cleared) == sorted(gone)
+        assert (live / kept).exists() and (live / LOCK_NAME).exists()
+        left = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+        assert left == sorted([".tmp", LOCK_NAME, LOCK_NAME, kept, "notes.tmp", "results.json"])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_temporary_names_are_recognised_exactly():
+    """Only `.<name>.<8 characters>.tmp`, the atomic writes' names, count as temporaries."""
+    assert is_temporary(".records.jsonl.ab_9cd2e.tmp")
+    for name in ("records.jsonl", ".records.jsonl.tmp", "x.ab_9cd2e.tmp", ".a.toolongname.tmp"):
+        assert not is_temporary(name), name
 
 
 def test_a_locked_folder_makes_the_evaluate_command_exit_2_and_write_nothing(tmp_path, capsys):
@@ -44,6 +95,7 @@ def test_a_locked_folder_makes_the_evaluate_command_exit_2_and_write_nothing(tmp
         assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_NAME]
     finally:
         sleeper.kill()
+        sleeper.wait()
 
 
 def test_atomic_writes_are_readable_by_the_group_like_any_new_file(tmp_path):
