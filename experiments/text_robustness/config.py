@@ -3,10 +3,65 @@
 import dataclasses
 
 from advjax.text.classify import FAMILIES, ClassifierConfig
+from experiments.overrides import check_choices, check_int, check_real
 
 ATTACKS = ("textfooler", "char")
 """textfooler: counter-fitted word substitution (the family the defense is trained on);
 char: CharSwap / homoglyph / zero-width / spacing edits (held out from the defense)."""
+
+SST2_SIZES = {"train": 67349, "dev": 872}
+"""Sentences in the official GLUE SST-2 training and dev splits."""
+SEED_MAX = 2**32 - 1
+"""The largest root seed (`jax.random.key` takes an unsigned 32-bit seed without loss)."""
+
+
+def check_classifier(config: ClassifierConfig, where: str = "classifier") -> None:
+    """Raise ValueError for any classifier field outside its range, named `where.field`.
+
+    `augment_rate` must stay 0: the study trains the standard model at 0 and the defense at
+    its own `defense_augment_rate`, so a value here would be silently ignored.
+    """
+    for name in ("embed_dim", "filters", "batch_size", "epochs", "max_len", "min_count"):
+        check_int(f"{where}.{name}", getattr(config, name), low=1)
+    if not config.widths:
+        raise ValueError(f"{where}.widths=() must name at least one convolution width")
+    for i, width in enumerate(config.widths):
+        check_int(f"{where}.widths[{i}]", width, low=1)
+    check_real(f"{where}.dropout_rate", config.dropout_rate, low=0, high=1, closed="[)")
+    check_real(f"{where}.learning_rate", config.learning_rate, low=0, closed="()")
+    check_real(f"{where}.weight_decay", config.weight_decay, low=0)
+    if config.augment_rate != 0:
+        raise ValueError(
+            f"{where}.augment_rate={config.augment_rate!r} must be 0: the standard model trains "
+            "without augmentation and the defense at defense_augment_rate (set that instead)"
+        )
+    if config.train_size is not None:
+        check_int(
+            f"{where}.train_size", config.train_size,
+            low=config.batch_size, high=SST2_SIZES["train"],
+        )  # fmt: skip
+
+
+def check_budgets(config: "TextStudyConfig") -> None:
+    """Raise ValueError for a budget-curve point or operating point outside the largest
+    budgets (queries in [1, max_queries], shares in (0, max_share]), or for none declared."""
+    for name in ("query_caps", "share_caps", "points"):
+        if not getattr(config, name):
+            raise ValueError(f"{name}=() must declare at least one point")
+    queries = [(f"query_caps[{i}]", q) for i, q in enumerate(config.query_caps)]
+    shares = [(f"share_caps[{i}]", s) for i, s in enumerate(config.share_caps)]
+    for i, point in enumerate(config.points):
+        if not isinstance(point, tuple) or len(point) != 2:
+            raise ValueError(f"points[{i}]={point!r} must be a (queries, share) pair, e.g. 100:0.1")
+        queries.append((f"points[{i}] queries", point[0]))
+        shares.append((f"points[{i}] share", point[1]))
+    for name, q in queries:
+        try:
+            check_int(name, q, low=1, high=config.max_queries)
+        except ValueError as error:
+            raise ValueError(f"{error} (a query cap: max_queries={config.max_queries})") from None
+    for name, s in shares:
+        check_real(name, s, low=0, high=config.max_share, closed="(]")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,25 +105,25 @@ class TextStudyConfig:
     rerun_cases: int = 40
 
     def __post_init__(self):
-        unknown = [a for a in self.attacks if a not in ATTACKS]
-        if unknown or not self.attacks:
+        check_int("seed", self.seed, low=0, high=SEED_MAX)
+        check_classifier(self.classifier)
+        check_real("defense_augment_rate", self.defense_augment_rate, low=0, high=1, closed="[)")
+        if self.eval_size is not None:
+            check_int("eval_size", self.eval_size, low=1, high=SST2_SIZES["dev"])
+        if self.attacks and all(a in ATTACKS for a in self.attacks):
+            check_choices("attacks", self.attacks, ATTACKS)
+        else:
+            unknown = [a for a in self.attacks if a not in ATTACKS]
             raise ValueError(
                 f"attacks={self.attacks!r}: unknown attack(s) {unknown}; known {ATTACKS}"
             )
-        if not isinstance(self.max_queries, int) or self.max_queries < 1:
-            raise ValueError(f"max_queries={self.max_queries!r} must be an integer >= 1")
-        if not 0.0 < self.max_share <= 1.0:
-            raise ValueError(f"max_share={self.max_share!r} must be in (0, 1]")
-        for q in self.query_caps + tuple(q for q, _ in self.points):
-            if not 1 <= q <= self.max_queries:
-                raise ValueError(f"query cap {q!r} must be in [1, max_queries={self.max_queries}]")
-        for s in self.share_caps + tuple(s for _, s in self.points):
-            if not 0.0 < s <= self.max_share:
-                raise ValueError(f"share cap {s!r} must be in (0, max_share={self.max_share}]")
-        if not 0.0 <= self.chrf_floor <= 1.0:
-            raise ValueError(f"chrf_floor={self.chrf_floor!r} must be in [0, 1]")
-        if self.eval_size is not None and not 1 <= self.eval_size <= 872:
-            raise ValueError(f"eval_size={self.eval_size!r} must be in [1, 872] or None")
+        check_int("max_queries", self.max_queries, low=1)
+        check_real("max_share", self.max_share, low=0, high=1, closed="(]")
+        check_budgets(self)
+        check_real("chrf_floor", self.chrf_floor, low=0, high=1)
+        check_int("char_candidates", self.char_candidates, low=1)
+        check_choices("char_families", self.char_families, FAMILIES)
+        check_int("rerun_cases", self.rerun_cases, low=0)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

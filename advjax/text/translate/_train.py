@@ -41,8 +41,9 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.epochs < 0 or self.batch_size < 1 or self.max_len < 2:
-            raise ValueError(f"bad training config: {self}")
+        for name, low in (("epochs", 0), ("batch_size", 1), ("max_len", 2)):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be >= {low}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
 
