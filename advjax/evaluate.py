@@ -9,13 +9,17 @@ one-page report and the release gate.
 function from a batch of NHWC pixels in [0, 1] to logits). `--n` takes the first n cases of
 the study's stratified draw of the test split (seed 42: the CIFAR study's 1,000 images for
 n=1000; every test image for n=10000). The records are written as cases are decided: a run killed
-at any moment resumes with the same command, without duplicates or lost cases. Exit code:
-0 done (gate allows, or no policy), 1 the gate holds, 2 bad input.
+at any moment resumes with the same command, without duplicates or lost cases; one run
+writes a folder at a time (a second one is refused at once), and `--out DIR --repair-records`
+repairs DIR/records.jsonl when it holds a record twice. Exit code: 0 done (gate allows, or
+no policy), 1 the gate holds, 2 bad input (one line; ADVJAX_DEBUG=1 or --debug shows the
+traceback), 130 interrupted.
 """
 
 import argparse
 import hashlib
 import importlib
+import os
 import shlex
 import sys
 import time
@@ -27,6 +31,9 @@ import numpy as np
 from advjax import backend
 
 DATASETS = ("cifar10",)
+PROG = "advjax.evaluate"
+RECORDS = "records.jsonl"
+DEBUG_ENV = "ADVJAX_DEBUG"
 
 
 def parse_eps(text: str) -> float:
@@ -46,7 +53,7 @@ def parse_args(argv):
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    source = p.add_mutually_exclusive_group(required=True)
+    source = p.add_mutually_exclusive_group()
     source.add_argument("--checkpoint", help="an advjax checkpoint (.msgpack)")
     source.add_argument("--model", help="module:function, a factory returning logits_fn")
     p.add_argument("--data", default="cifar10", choices=DATASETS)
@@ -63,7 +70,16 @@ def parse_args(argv):
     p.add_argument("--policy", default=None, help="release policy JSON the gate applies")
     p.add_argument("--name", default=None, help="model name in the records (default: file stem)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--repair-records",
+        action="store_true",
+        help=f"repair <out>/{RECORDS} and exit: keep the first copy of each record, append the "
+        "other copies to records.duplicates.jsonl beside it",
+    )
+    args = p.parse_args(argv)
+    if not (args.checkpoint or args.model or args.repair_records):
+        p.error("one of the arguments --checkpoint --model is required")
+    return args
 
 
 def load_logits_fn(args):
@@ -103,20 +119,30 @@ def load_cases(args):
 def main(argv=None) -> int:
     backend.configure()  # advjax's XLA CPU settings, before any JAX work
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from advjax.io import LockedError, OutputLock
+    from advjax.io import LockedError, OutputLock, RecordError
 
     try:
         with OutputLock(args.out):
-            return evaluate(args, argv)
+            return repair(args) if args.repair_records else evaluate(args, argv)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: the records in {args.out} are kept; the same command resumes",
-              file=sys.stderr)  # fmt: skip
+        print(f"\n{PROG}: interrupted; everything finished so far is kept in {args.out}, and "
+              "running the same command again resumes from there", file=sys.stderr)  # fmt: skip
         return 130
-    except (ValueError, TypeError, OSError, LockedError) as error:
-        if args.debug:
+    except (ValueError, TypeError, OSError, LockedError, RecordError) as error:
+        if args.debug or os.environ.get(DEBUG_ENV):
             raise
-        print(f"advjax.evaluate: error: {error}", file=sys.stderr)
+        message = " ".join(str(error).split())
+        print(f"{PROG}: error: {message} ({DEBUG_ENV}=1 shows the traceback)", file=sys.stderr)
         return 2
+
+
+def repair(args) -> int:
+    """`--repair-records`: repair <out>/records.jsonl (the lock is held); exit code 0."""
+    from advjax.io import repair_records
+
+    path = Path(args.out) / RECORDS
+    print(repair_records(path).describe() if path.is_file() else f"no record file: {path}")
+    return 0
 
 
 def evaluate(args, argv) -> int:
@@ -151,7 +177,7 @@ def evaluate(args, argv) -> int:
     logits_fn, name, digest = load_logits_fn(args)
     x, y, index, data = load_cases(args)
     out = Path(args.out)
-    log = RecordLog(out / "records.jsonl")
+    log = RecordLog(out / RECORDS)
     started = time.perf_counter()
 
     def on_run(member, target, restart, left):

@@ -11,6 +11,8 @@ study's evaluation cases:
   gradient method (one L2 step) and PGD-L2 (normalised-gradient steps of eps/4).
 
 Writes <out>/{linf,l2}/records.jsonl and summary.json, and <out>/tables.md; resumes.
+--repair-records repairs both record files (duplicated lines) and exits; one run writes a
+folder at a time.
 """
 
 import argparse
@@ -39,6 +41,10 @@ from advjax.evaluation import (
 from advjax.io import RecordLog, atomic_write_json, atomic_write_text, environment, load_logits_fn
 from advjax.train import to_float
 from experiments.cifar_robustness.report import checks_table
+from experiments.cli import add_repair_flag, hold_output_folder, run_command
+
+PROG = "experiments.cifar_robustness.attack_variants"
+PARTS = ("linf", "l2")
 
 LINF_EPS = 8 / 255
 STANDARD_MAX_ROBUST = 0.02
@@ -158,8 +164,7 @@ def table(groups, study, names, attacks, eps_list, with_pgd20: bool) -> str:
     return "\n".join(rows)
 
 
-def main(argv=None) -> dict:
-    backend.configure()  # advjax's XLA CPU settings, before any JAX work
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -172,9 +177,25 @@ def main(argv=None) -> dict:
     p.add_argument("--batch-size", type=int, default=250)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args(argv)
+    add_repair_flag(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    backend.configure()  # advjax's XLA CPU settings, before any JAX work
+    args = parse_args(argv)
+    out = Path(args.out) if args.out else Path(args.study) / "attack_variants"
+    return hold_output_folder(
+        out,
+        lambda: run_variants(args, out, argv),
+        records=[out / part / "records.jsonl" for part in PARTS],
+        repair=args.repair_records,
+    )
+
+
+def run_variants(args: argparse.Namespace, out: Path, argv) -> dict:
+    """Both threat models' attacks into `out`; their summaries (the lock is held)."""
     study_dir = Path(args.study)
-    out = Path(args.out) if args.out else study_dir / "attack_variants"
     study = json.loads((study_dir / "results.json").read_text())
     names = args.models or list(study["models"])
     l2_eps = tuple(sorted(args.l2_eps))
@@ -184,9 +205,7 @@ def main(argv=None) -> dict:
     data = load_cifar10(args.data_dir)
     idx = np.asarray(study["data"]["eval_indices"])
     x, y = np.asarray(to_float(data.test_images[idx])), data.test_labels[idx]
-    command = "python -m experiments.cifar_robustness.attack_variants " + shlex.join(
-        sys.argv[1:] if argv is None else argv
-    )
+    command = f"python -m {PROG} " + shlex.join(sys.argv[1:] if argv is None else argv)
     extra = {"command": command, "environment": environment(), "study": str(study_dir)}
     progress = not args.no_progress
     linf = linf_specs(args.steps, args.targets, args.batch_size)
@@ -238,4 +257,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, PROG)

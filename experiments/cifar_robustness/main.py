@@ -2,7 +2,9 @@
 
 Trains the standard and FGSM-adversarially-trained CompactCNNs on real CIFAR-10, attacks
 them with FGSM and PGD on one fixed stratified test subset, and writes results.json,
-tables and figures. Re-running resumes from the last finished phase; --force restarts.
+tables and figures. Re-running resumes from the last finished phase; --force restarts;
+--repair-records repairs the output folder's record files (duplicated lines) and exits.
+One run writes a folder at a time: a second one is refused at once.
 """
 
 import argparse
@@ -10,14 +12,16 @@ import dataclasses
 import shlex
 import sys
 import tempfile
+from pathlib import Path
 
 from advjax import backend
 from advjax.data import DATA_DIR_ENV
-from advjax.io import LockedError, OutputLock
 from experiments.cifar_robustness.config import PROFILES, profile
 from experiments.cifar_robustness.dry_run import dry_run
+from experiments.cifar_robustness.evaluation import RECORDS_FILE
 from experiments.cifar_robustness.report import write_report
 from experiments.cifar_robustness.study import run_study
+from experiments.cli import add_repair_flag, hold_output_folder, run_command
 from experiments.overrides import apply_overrides
 
 
@@ -50,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="print the threat model and the campaign's query count and wall-time estimate",
     )
     p.add_argument("--policy", default=None, help="release policy JSON applied to the run")
+    add_repair_flag(p)
     return p.parse_args(argv)
 
 
@@ -71,7 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
     backend.configure()  # advjax's XLA CPU settings, before any JAX work
     args = parse_args(argv)
     config = config_from_args(args)
-    if args.dry_run:
+    if args.dry_run and not args.repair_records:
         return dry_run(config)
     out = args.out or (
         tempfile.mkdtemp(prefix="advjax-quick-") if args.profile == "quick" else "results"
@@ -79,28 +84,30 @@ def main(argv: list[str] | None = None) -> dict:
     command = "python -m experiments.cifar_robustness " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
+    return hold_output_folder(
+        out,
+        lambda: study(config, args, out, command),
+        records=[Path(out) / RECORDS_FILE],
+        repair=args.repair_records,
+    )
+
+
+def study(config, args: argparse.Namespace, out: str, command: str) -> dict:
+    """Run (or resume) the study into `out` and write its report; the lock is held."""
     print(f"advjax CIFAR-10 robustness study, profile {config.profile}, output {out}")
-    try:
-        lock = OutputLock(out).acquire()
-    except LockedError as error:
-        print(f"experiments.cifar_robustness: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    try:
-        results = run_study(
-            config,
-            out,
-            data_dir=args.data_dir,
-            force=args.force,
-            show_progress=not args.no_progress,
-            command=command,
-            **({"policy_path": args.policy} if args.policy else {}),
-        )
-        write_report(results, out)
-    finally:
-        lock.release()
+    results = run_study(
+        config,
+        out,
+        data_dir=args.data_dir,
+        force=args.force,
+        show_progress=not args.no_progress,
+        command=command,
+        **({"policy_path": args.policy} if args.policy else {}),
+    )
+    write_report(results, out)
     print(f"wrote {out}/results.json")
     return results
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, "experiments.cifar_robustness")

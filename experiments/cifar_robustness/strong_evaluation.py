@@ -6,7 +6,8 @@ APGD-CE (100 steps), then APGD-T (the targeted DLR loss, 9 target classes x 100 
 FAB-T (9 targets x 100 steps) and the score-based Square attack (5,000 queries), each on
 the cases every earlier member left robust. APGD-T, FAB-T and Square are the held-out
 suite: no model was trained or selected with them. Writes <out>/records.jsonl,
-summary.json and tables.md; resumes where it stopped.
+summary.json and tables.md; resumes where it stopped. --repair-records repairs
+<out>/records.jsonl (duplicated lines) and exits; one run writes a folder at a time.
 """
 
 import argparse
@@ -37,6 +38,9 @@ from advjax.evaluation import (
 from advjax.io import RecordLog, atomic_write_json, atomic_write_text, environment, load_logits_fn
 from advjax.train import to_float
 from experiments.cifar_robustness.report import checks_table
+from experiments.cli import add_repair_flag, hold_output_folder, run_command
+
+PROG = "experiments.cifar_robustness.strong_evaluation"
 
 HELD_OUT = ("apgd-t", "fab-t", "square")
 
@@ -113,8 +117,7 @@ def _progress(model: str):
     return on_run
 
 
-def main(argv=None) -> dict:
-    backend.configure()  # advjax's XLA CPU settings, before any JAX work
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -128,9 +131,25 @@ def main(argv=None) -> dict:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args(argv)
+    add_repair_flag(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    backend.configure()  # advjax's XLA CPU settings, before any JAX work
+    args = parse_args(argv)
+    out = Path(args.out) if args.out else Path(args.study) / "strong_evaluation"
+    return hold_output_folder(
+        out,
+        lambda: evaluate(args, out, argv),
+        records=[out / "records.jsonl"],
+        repair=args.repair_records,
+    )
+
+
+def evaluate(args: argparse.Namespace, out: Path, argv) -> dict:
+    """AutoAttack every model of the study into `out`; the summary (the lock is held)."""
     study_dir = Path(args.study)
-    out = Path(args.out) if args.out else study_dir / "strong_evaluation"
     study = json.loads((study_dir / "results.json").read_text())
     eps = args.eps / 255
     specs = members(args.steps, args.targets, args.queries)
@@ -163,8 +182,7 @@ def main(argv=None) -> dict:
         checks(groups, study, names, eps),
         tm,
         extra={
-            "command": "python -m experiments.cifar_robustness.strong_evaluation "
-            + shlex.join(argv or sys.argv[1:]),
+            "command": f"python -m {PROG} " + shlex.join(sys.argv[1:] if argv is None else argv),
             "study": str(study_dir),
             "members": [{"name": s.name, **dataclasses.asdict(s)} for s in specs],
             "held_out": list(HELD_OUT),
@@ -195,4 +213,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, PROG)

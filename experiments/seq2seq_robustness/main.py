@@ -19,6 +19,7 @@ revision). Every table number is computed from the records.
 model (same training history and time) under the same protocol, is not attacked again. Its
 records stay where they are and results.json names that file (`records`), except when the folder
 is the output folder itself (a resumed run), whose records are kept in the new records.jsonl.
+One run writes a folder at a time: a second one is refused at once.
 """
 
 import argparse
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from advjax import backend
 from advjax.text.data import resolve_multi30k_dir
+from experiments.cli import hold_output_folder, run_command
 from experiments.overrides import apply_overrides
 from experiments.seq2seq_robustness.config import profile
 from experiments.seq2seq_robustness.study import run, write_tables
@@ -66,12 +68,14 @@ def main(argv: list[str] | None = None) -> dict:
     )
     args = p.parse_args(argv)
     config = apply_overrides(profile(args.profile), args.overrides)
-    try:
-        text_dir = resolve_multi30k_dir(args.text_dir)
-    except ValueError as error:
-        p.error(str(error))
     out = Path(args.out) if args.out else (
         Path(tempfile.mkdtemp(prefix="seq2seq_quick_")) if config.profile == "quick" else Path("results/seq2seq"))  # fmt: skip
+    return hold_output_folder(out, lambda: study(config, args, out))
+
+
+def study(config, args: argparse.Namespace, out: Path) -> dict:
+    """Train (or reload) and attack every model into `out` (the lock is held); the results."""
+    text_dir = resolve_multi30k_dir(args.text_dir)
     results = run(config, text_dir, out, models_dir=args.models_dir, reuse=args.reuse)
     print(write_tables(results))
     print(f"wrote {out}")
@@ -79,4 +83,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, "experiments.seq2seq_robustness")

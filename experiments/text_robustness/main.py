@@ -6,7 +6,8 @@ style word substitution and a held-out character-edit family under declared quer
 word budgets and a declared validity rule, and writes into --out (default results/text,
 quick: a temporary folder): records.jsonl (one line per case at the largest caps),
 results.json, tables.md, budget_curves.png, summary.json (for `python -m advjax.gate`),
-gate.txt and provenance.json.
+gate.txt and provenance.json. One run writes a folder at a time: a second one is refused
+at once.
 """
 
 import argparse
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from advjax import backend
 from advjax.text.data import TEXT_DIR_ENV
+from experiments.cli import hold_output_folder, run_command
 from experiments.overrides import apply_overrides
 from experiments.text_robustness.config import PROFILES, profile
 from experiments.text_robustness.study import POLICY, run
@@ -62,6 +64,11 @@ def main(argv=None) -> dict:
     command = "python -m experiments.text_robustness " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
+    return hold_output_folder(out, lambda: study(config, args, out, command))
+
+
+def study(config, args: argparse.Namespace, out: Path, command: str) -> dict:
+    """Run the study into `out` (the lock is held); its results."""
     print(f"advjax text robustness study, profile {args.profile}, output {out}")
     print(json.dumps(dataclasses.asdict(config), default=str))
     return run(
@@ -75,4 +82,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, "experiments.text_robustness")
