@@ -11,8 +11,8 @@ the study's stratified draw of the test split (seed 42: the CIFAR study's 1,000 
 n=1000; every test image for n=10000). The records are written as cases are decided: a run killed
 at any moment resumes with the same command, without duplicates or lost cases; one run
 writes a folder at a time (a second one is refused at once), and `--out DIR --repair-records`
-repairs DIR/records.jsonl when it holds a record twice. Exit code: 0 done (gate allows, or
-no policy), 1 the gate holds, 2 bad input (one line; ADVJAX_DEBUG=1 or --debug shows the
+repairs DIR/records.jsonl.gz (or .jsonl) when it holds a record twice. Exit code: 0 done (gate allows, or
+no policy), 1 the gate holds, 3 it rolls back, 2 bad input (one line; ADVJAX_DEBUG=1 or --debug shows the
 traceback), 130 interrupted.
 """
 
@@ -32,7 +32,6 @@ from advjax import backend
 
 DATASETS = ("cifar10",)
 PROG = "advjax.evaluate"
-RECORDS = "records.jsonl"
 DEBUG_ENV = "ADVJAX_DEBUG"
 
 
@@ -73,7 +72,7 @@ def parse_args(argv):
     p.add_argument(
         "--repair-records",
         action="store_true",
-        help=f"repair <out>/{RECORDS} and exit: keep the first copy of each record, append the "
+        help="repair <out>/records.jsonl.gz and exit: keep the first copy of each record, append the "
         "other copies to records.duplicates.jsonl beside it",
     )
     args = p.parse_args(argv)
@@ -137,10 +136,10 @@ def main(argv=None) -> int:
 
 
 def repair(args) -> int:
-    """`--repair-records`: repair <out>/records.jsonl (the lock is held); exit code 0."""
-    from advjax.io import repair_records
+    """`--repair-records`: repair <out>'s record file (the lock is held); exit code 0."""
+    from advjax.io import record_file, repair_records
 
-    path = Path(args.out) / RECORDS
+    path = record_file(args.out)
     print(repair_records(path).describe() if path.is_file() else f"no record file: {path}")
     return 0
 
@@ -150,6 +149,7 @@ def evaluate(args, argv) -> int:
 
     from advjax.evaluation import (
         AUTOATTACK,
+        EXIT_CODES,
         aggregate_records,
         autoattack_threat_model,
         check_finite_loss,
@@ -163,7 +163,7 @@ def evaluate(args, argv) -> int:
     from advjax.evaluation._autoattack import eps_zero_check, resolve_members
     from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
     from advjax.evaluation._autoattack_report import cumulative_rows, write_report
-    from advjax.io import RecordLog, atomic_write_json, atomic_write_text, environment
+    from advjax.io import RecordLog, atomic_write_json, atomic_write_text, environment, record_file
 
     limit = 1.0 if args.norm == "linf" else float("inf")
     if not 0 <= args.eps <= limit:
@@ -177,7 +177,7 @@ def evaluate(args, argv) -> int:
     logits_fn, name, digest = load_logits_fn(args)
     x, y, index, data = load_cases(args)
     out = Path(args.out)
-    log = RecordLog(out / RECORDS)
+    log = RecordLog(record_file(out))
     started = time.perf_counter()
 
     def on_run(member, target, restart, left):
@@ -228,7 +228,7 @@ def evaluate(args, argv) -> int:
             format_decision(decision) + f"\n  policy {args.policy} (sha256 {policy_hash})\n"
         )
         atomic_write_text(out / "gate.txt", decision_text)
-        code = 0 if decision.allow else 1
+        code = EXIT_CODES[decision.verdict]
     write_report(out / "report.html", summary, groups, members, name, decision_text)
     final = next(g for g in groups if g["attack"] == AUTOATTACK)
     ra = final["robust_accuracy"]
@@ -236,7 +236,7 @@ def evaluate(args, argv) -> int:
           f"under AutoAttack {args.version} at eps {args.eps:.5g} ({args.norm}); {seconds:.0f} s")  # fmt: skip
     if decision_text:
         print(decision_text.rstrip())
-    print(f"wrote {out}/records.jsonl, summary.json, report.html")
+    print(f"wrote {log.path}, {out}/summary.json, report.html")
     return code
 
 

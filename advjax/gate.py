@@ -1,7 +1,7 @@
 """The release gate's command: `python -m advjax.gate --policy P --run R [--baseline B]`.
 
-Prints ALLOW or HOLD with every rule's verdict and numbers; exits 0 for allow, 1 for hold,
-2 for a missing or unreadable file, a malformed policy or a summary off its schema. The
+Prints ALLOW, HOLD or ROLLBACK with every rule's verdict and numbers; exits 0 for allow,
+1 for hold, 3 for rollback, 2 for a missing or unreadable file, a malformed policy or a summary off its schema. The
 rules are `advjax.evaluation.decide`'s.
 """
 
@@ -9,13 +9,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from advjax.evaluation import decide, format_decision, load_policy, read_run_summary
+from advjax.evaluation import EXIT_CODES, decide, format_decision, load_policy, read_run_summary
 from advjax.evaluation._gate import PolicyError
 from advjax.evaluation._summary import SummaryError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit code (0 allow, 1 hold, 2 error)."""
+    """CLI entry point; returns the exit code (0 allow, 1 hold, 3 rollback, 2 error)."""
     parser = argparse.ArgumentParser(
         prog="python -m advjax.gate",
         description="Release gate: allow or hold a model from thresholds declared in advance.",
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(threat model {run['threat_model_hash']})"
         + (f"; baseline {args.baseline}" if args.baseline else "")
     )
-    return 0 if decision.allow else 1
+    return EXIT_CODES[decision.verdict]
 
 
 if __name__ == "__main__":

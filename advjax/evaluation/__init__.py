@@ -61,6 +61,7 @@ from advjax.evaluation._ensemble import (
     run_ensemble,
 )
 from advjax.evaluation._gate import (
+    EXIT_CODES,
     Decision,
     PolicyError,
     Reason,
@@ -148,6 +149,7 @@ __all__ = [
     "decide",
     "Decided",
     "Decision",
+    "EXIT_CODES",
     "ENSEMBLE",
     "ensemble_records",
     "eot_logits",

@@ -4,9 +4,10 @@ Usage::
 
     python -m advjax.gate --policy policy.json --run summary.json [--baseline base.json]
 
-prints ALLOW or HOLD followed by every rule with its verdict and numbers, and exits 0 for
-allow, 1 for hold, 2 for a missing or unreadable file, a malformed policy or a run
-summary that does not follow `advjax.evaluation.run_summary`'s schema.
+prints ALLOW, HOLD or ROLLBACK followed by every rule with its verdict and numbers, and
+exits 0 for allow, 1 for hold, 3 for rollback (`EXIT_CODES`), 2 for a missing or
+unreadable file, a malformed policy or a run summary that does not follow
+`advjax.evaluation.run_summary`'s schema.
 
 Policy file (JSON object; every key optional, at least one rule required)::
 
@@ -24,10 +25,18 @@ Policy file (JSON object; every key optional, at least one rule required)::
           # every sanity check in the run passed (and there is at least one)
       "min_valid_share": 0.99,
           # in every group of a gated model, (cases - invalid) / cases >= this
-      "worst_class_floor": 0.05
+      "worst_class_floor": 0.05,
           # at every declared (attack, eps) of robust_accuracy_lower_bound (or, without
           # one, every eps > 0), the worst class's robust accuracy (point estimate) >= this
+      "rollback_below": {"baseline_model": "fgsm_reference", "robust": {"pgd": ["8/255"]}}
+          # ROLLBACK when a gated model is worse than the baseline model beyond both
+          # intervals: the upper end of its Wilson 95 % interval below the baseline's lower
+          # end, on clean accuracy and at each listed (attack, eps). The baseline model is
+          # looked up in the run, else in --baseline; "clean": false skips clean accuracy
     }
+
+A failed rollback condition makes the verdict ROLLBACK (the candidate is measurably worse
+than what it would replace); any other failed condition makes it HOLD.
 
 Thresholds are fractions in [0, 1].
 """
@@ -48,7 +57,10 @@ RULES = (
     "require_sanity",
     "min_valid_share",
     "worst_class_floor",
+    "rollback_below",
 )
+EXIT_CODES = {"ALLOW": 0, "HOLD": 1, "ROLLBACK": 3}
+"""The gate commands' exit status per verdict (2 is bad input)."""
 
 
 class PolicyError(ValueError):
@@ -64,10 +76,18 @@ class Reason(NamedTuple):
 
 
 class Decision(NamedTuple):
-    """The gate's verdict: allow only if every reason passed (and there is one)."""
+    """The gate's decision: allow only if every reason passed (and there is one); a failed
+    `rollback_below` reason makes it a rollback."""
 
     allow: bool
     reasons: list[Reason]
+
+    @property
+    def verdict(self) -> str:
+        """'ALLOW', 'HOLD' or 'ROLLBACK'."""
+        if any(r.rule == "rollback_below" and not r.passed for r in self.reasons):
+            return "ROLLBACK"
+        return "ALLOW" if self.allow else "HOLD"
 
 
 def parse_eps(text: Any) -> float:
@@ -143,11 +163,73 @@ def parse_policy(policy: Any) -> dict:
     for name in ("max_clean_regression", "min_valid_share", "worst_class_floor"):
         if name in policy:
             out[name] = _fraction(name, policy[name])
+    if "rollback_below" in policy:
+        out["rollback_below"] = _parse_rollback(policy["rollback_below"])
     if "require_sanity" in policy:
         if not isinstance(policy["require_sanity"], bool):
             raise PolicyError(f"require_sanity={policy['require_sanity']!r} must be true or false")
         out["require_sanity"] = policy["require_sanity"]
     return out
+
+
+def _parse_rollback(rule: Any) -> dict:
+    if not isinstance(rule, dict) or not isinstance(rule.get("baseline_model"), str):
+        raise PolicyError(f"rollback_below={rule!r} must be an object with a baseline_model name")
+    unknown = sorted(set(rule) - {"baseline_model", "clean", "robust"})
+    if unknown:
+        raise PolicyError(f"rollback_below: unknown keys {unknown}; known: baseline_model, "
+                          "clean, robust")  # fmt: skip
+    clean = rule.get("clean", True)
+    if not isinstance(clean, bool):
+        raise PolicyError(f"rollback_below.clean={clean!r} must be true or false")
+    robust = rule.get("robust", {})
+    if not isinstance(robust, dict) or not all(isinstance(v, list) and v for v in robust.values()):
+        raise PolicyError(f"rollback_below.robust={robust!r} must map attack -> [eps, ...]")
+    try:
+        points = [(a, parse_eps(e)) for a, eps in sorted(robust.items()) for e in eps]
+    except ValueError as error:
+        raise PolicyError(f"rollback_below.robust: {error}") from None
+    if not clean and not points:
+        raise PolicyError("rollback_below compares nothing: give robust points or clean: true")
+    return {"baseline_model": rule["baseline_model"], "clean": clean, "robust": points}
+
+
+def _rollback_reasons(rule: dict, models: list[str], run: dict, baseline: dict | None):
+    """The candidate against the baseline model: worse beyond both intervals rolls back."""
+    base_name = rule["baseline_model"]
+    source = run if base_name in run["models"] else baseline
+    if source is None or base_name not in source["models"]:
+        yield Reason("rollback_below", False, f"baseline model {base_name}: not in the run "
+                     "nor in --baseline")  # fmt: skip
+        return
+    for model in (m for m in models if m != base_name or source is not run):
+        pairs = []
+        if rule["clean"]:
+            pairs.append(
+                (
+                    "clean",
+                    run["models"][model]["clean_accuracy"],
+                    source["models"][base_name]["clean_accuracy"],
+                )  # fmt: skip
+            )
+        for attack, eps in rule["robust"]:
+            got = find_group(run["aggregates"], model=model, attack=attack, eps=eps)
+            ref = find_group(source["aggregates"], model=base_name, attack=attack, eps=eps)
+            where = f"{attack} eps {format_eps(eps)}"
+            if got is None or ref is None:
+                yield Reason("rollback_below", True, f"{model} vs {base_name} {where}: "
+                             "not evaluated for both, nothing to compare")  # fmt: skip
+                continue
+            pairs.append((where, got["robust_accuracy"], ref["robust_accuracy"]))
+        for where, got, ref in pairs:
+            worse = got["ci95"][1] < ref["ci95"][0]
+            yield Reason(
+                "rollback_below",
+                not worse,
+                f"{model} {where}: {_pct(got['value'])} (CI up to {_pct(got['ci95'][1])}) vs "
+                f"baseline {base_name} {_pct(ref['value'])} (CI from {_pct(ref['ci95'][0])})"
+                + (": worse beyond both intervals" if worse else ""),
+            )
 
 
 def _pct(value: float) -> str:
@@ -268,15 +350,17 @@ def decide(policy: dict, run: dict, baseline: dict | None = None) -> Decision:
                         f"{_counts(r)} vs required >= {_pct(floor)}",
                     )
                 )
+    if "rollback_below" in policy:
+        reasons.extend(_rollback_reasons(policy["rollback_below"], models, run, baseline))
     if not reasons:
         reasons.append(Reason("nothing_checked", False, "no rule applied to any model of the run"))
     return Decision(all(r.passed for r in reasons), reasons)
 
 
 def format_decision(decision: Decision) -> str:
-    """'ALLOW' / 'HOLD' headline, then one line per reason."""
+    """'ALLOW' / 'HOLD' / 'ROLLBACK' headline, then one line per reason."""
     failed = sum(not r.passed for r in decision.reasons)
-    head = "ALLOW" if decision.allow else "HOLD"
+    head = decision.verdict
     lines = [
         f"{head}: {len(decision.reasons) - failed} of {len(decision.reasons)} conditions passed"
     ]

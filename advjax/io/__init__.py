@@ -32,6 +32,7 @@ from advjax.io._record_log import (
     RecordLog,
     RecordRepair,
     read_records,
+    record_file,
     repair_records,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "Progress",
     "read_checkpoint",
     "read_records",
+    "record_file",
     "RecordError",
     "RecordLog",
     "RecordRepair",

@@ -7,6 +7,10 @@ from a process killed during a write: readers ignore it and `RecordLog` truncate
 when it reopens the file, so the resumed run re-computes that case instead of duplicating
 or losing it.
 
+A record file whose name ends in `.gz` holds the same lines as gzip members, one per
+append (`advjax.io._record_codec`); a member cut short by a kill is dropped like a partial
+line. Every reader and writer here takes either.
+
 Keys (model, attack, eps, case_id) are unique in a log. A file that holds a key twice (two
 runs once wrote into one folder) is refused when opened; `repair_records` keeps the first
 copy of each key and moves the others to the sibling `<name>.duplicates.jsonl`, so that
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from advjax.io._atomic import atomic_write_bytes
+from advjax.io._record_codec import complete_prefix, encode
 
 if TYPE_CHECKING:
     from advjax.evaluation._records import CaseRecord
@@ -42,6 +47,13 @@ def _case_record():
     from advjax.evaluation._records import CaseRecord
 
     return CaseRecord
+
+
+def _complete(path: Path, data: bytes) -> tuple[bytes, int]:
+    try:
+        return complete_prefix(path, data)
+    except ValueError as error:
+        raise RecordError(str(error)) from None
 
 
 def _parse(data: bytes, path: Path) -> list[CaseRecord]:
@@ -75,11 +87,11 @@ def read_records(path: str | os.PathLike, *, strict: bool = False) -> list[CaseR
     """
     path = Path(path)
     data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
+    lines, end = _complete(path, data)
     if strict and end < len(data):
-        line = data[:end].count(b"\n") + 1
+        line = lines.count(b"\n") + 1
         raise RecordError(f"{path}:{line}: incomplete last line (no newline): {data[end:][:80]!r}")
-    return _parse(data[:end], path)
+    return _parse(lines, path)
 
 
 class RecordLog:
@@ -105,8 +117,8 @@ class RecordLog:
         try:
             size = os.fstat(fd).st_size
             data = os.pread(fd, size, 0) if size else b""
-            end = data.rfind(b"\n") + 1
-            records = _parse(data[:end], self.path)
+            lines, end = _complete(self.path, data)
+            records = _parse(lines, self.path)
             if end < len(data):
                 os.ftruncate(fd, end)
                 os.fsync(fd)
@@ -182,7 +194,8 @@ class RecordLog:
                 seen.add(record.key)
         if not batch:
             return 0
-        _append_bytes(self.path, "".join(r.to_json() + "\n" for r in batch).encode("utf-8"))
+        lines = "".join(r.to_json() + "\n" for r in batch).encode("utf-8")
+        _append_bytes(self.path, encode(self.path, lines))
         self._keys |= seen
         self._records.extend(batch)
         for record in batch:
@@ -210,11 +223,27 @@ def _append_bytes(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+def record_file(folder: str | os.PathLike, stem: str = "records") -> Path:
+    """A folder's record file: `<stem>.jsonl.gz` (new runs), or an existing `<stem>.jsonl`.
+
+    Example:
+      >>> log = RecordLog(record_file("results"))  # results/records.jsonl.gz
+    """
+    folder = Path(folder)
+    plain = folder / f"{stem}.jsonl"
+    return (
+        plain
+        if plain.exists() and not (folder / f"{stem}.jsonl.gz").exists()
+        else (folder / f"{stem}.jsonl.gz")
+    )
+
+
 def duplicates_path(path: str | os.PathLike) -> Path:
     """Where `repair_records` saves a record file's dropped lines: `records.duplicates.jsonl`
-    beside `records.jsonl`."""
+    beside `records.jsonl` (`.jsonl.gz` beside `.jsonl.gz`)."""
     path = Path(path)
-    return path.with_name(f"{path.stem}.duplicates{path.suffix}")
+    name, dot, suffix = path.name.partition(".")
+    return path.with_name(f"{name}.duplicates{dot}{suffix}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,11 +303,11 @@ def repair_records(path: str | os.PathLike) -> RecordRepair:
     """
     path = Path(path)
     data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    lines = data[:end].split(b"\n")[:-1]
+    text, end = _complete(path, data)
+    lines = text.split(b"\n")[:-1]
     first: dict[tuple, str] = {}
     kept, dropped, differing = [], [], 0
-    for line, record in zip(lines, _parse(data[:end], path)):
+    for line, record in zip(lines, _parse(text, path)):
         text = record.to_json()
         if record.key not in first:
             first[record.key] = text
@@ -288,8 +317,8 @@ def repair_records(path: str | os.PathLike) -> RecordRepair:
             differing += text != first[record.key]
     repair = RecordRepair(path, len(kept), len(dropped), differing, duplicates_path(path))
     if dropped:
-        _append_bytes(repair.duplicates_path, b"".join(dropped))
-        atomic_write_bytes(path, b"".join(kept) + data[end:])
+        _append_bytes(repair.duplicates_path, encode(repair.duplicates_path, b"".join(dropped)))
+        atomic_write_bytes(path, encode(path, b"".join(kept)) + data[end:])
     return repair
 
 

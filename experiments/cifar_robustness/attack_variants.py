@@ -38,7 +38,14 @@ from advjax.evaluation import (
     run_attack,
     run_summary,
 )
-from advjax.io import RecordLog, atomic_write_json, atomic_write_text, environment, load_logits_fn
+from advjax.io import (
+    RecordLog,
+    atomic_write_json,
+    atomic_write_text,
+    environment,
+    load_logits_fn,
+    record_file,
+)
 from advjax.train import to_float
 from experiments.cifar_robustness.report import checks_table
 from experiments.cli import add_repair_flag, hold_output_folder, run_command
@@ -125,7 +132,7 @@ def l2_checks(groups, names, eps: tuple[float, ...]) -> list[Check]:
 
 
 def run_part(out: Path, tm: ThreatModel, specs, names, study, study_dir, x, y, progress) -> list:
-    log = RecordLog(out / "records.jsonl")
+    log = RecordLog(record_file(out))
     for name in names:
         logits_fn, mhash = load_logits_fn(study_dir / "checkpoints" / f"{name}.msgpack")
         for spec in specs:
@@ -188,7 +195,7 @@ def main(argv=None) -> dict:
     return hold_output_folder(
         out,
         lambda: run_variants(args, out, argv),
-        records=[out / part / "records.jsonl" for part in PARTS],
+        records=[record_file(out / part) for part in PARTS],
         repair=args.repair_records,
     )
 

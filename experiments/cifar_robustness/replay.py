@@ -18,9 +18,8 @@ import numpy as np
 from advjax import backend
 from advjax.data import load_cifar10
 from advjax.evaluation import AttackSpec, CaseRecord, ThreatModel, replay_record
-from advjax.io import load_logits_fn, read_records
+from advjax.io import load_logits_fn, read_records, record_file
 from advjax.train import to_float
-from experiments.cifar_robustness.evaluation import RECORDS_FILE
 
 
 def _spec(results: dict, attack: str) -> AttackSpec:
@@ -75,7 +74,7 @@ def main(argv=None) -> int:
     run = Path(args.run)
     try:
         results = json.loads((run / "results.json").read_text())
-        records = read_records(run / RECORDS_FILE)
+        records = read_records(record_file(run))
         chosen = [records[n - 1] for n in args.line]
         if args.case is not None:
             chosen += [

@@ -35,7 +35,14 @@ from advjax.evaluation import (
     run_autoattack,
     run_summary,
 )
-from advjax.io import RecordLog, atomic_write_json, atomic_write_text, environment, load_logits_fn
+from advjax.io import (
+    RecordLog,
+    atomic_write_json,
+    atomic_write_text,
+    environment,
+    load_logits_fn,
+    record_file,
+)
 from advjax.train import to_float
 from experiments.cifar_robustness.report import checks_table
 from experiments.cli import add_repair_flag, hold_output_folder, run_command
@@ -142,7 +149,7 @@ def main(argv=None) -> dict:
     return hold_output_folder(
         out,
         lambda: evaluate(args, out, argv),
-        records=[out / "records.jsonl"],
+        records=[record_file(out)],
         repair=args.repair_records,
     )
 
@@ -159,7 +166,7 @@ def evaluate(args: argparse.Namespace, out: Path, argv) -> dict:
     idx = np.asarray(study["data"]["eval_indices"])
     x, y = np.asarray(to_float(data.test_images[idx])), data.test_labels[idx]
     names = args.models or list(study["models"])
-    log = RecordLog(out / "records.jsonl")
+    log = RecordLog(record_file(out))
     for name in names:
         logits_fn, mhash = load_logits_fn(study_dir / "checkpoints" / f"{name}.msgpack")
         progress = None if args.no_progress else _progress(name)
@@ -173,7 +180,7 @@ def evaluate(args: argparse.Namespace, out: Path, argv) -> dict:
     left_out = sorted({r.model for r in every} - set(names))
     if left_out:
         print(
-            f"[note] {out / 'records.jsonl'} also holds {', '.join(left_out)}, left out of this "
+            f"[note] {log.path} also holds {', '.join(left_out)}, left out of this "
             f"summary ({'--models' if args.models else 'not in ' + str(study_dir / 'results.json')})"
         )
     groups = aggregate_records(records, num_classes=len(data.class_names))

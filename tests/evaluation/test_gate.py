@@ -55,8 +55,8 @@ def records(model, *, clean, robust_8, robust_64=0, invalid=0, worst_zero=False)
     return out
 
 
-def summary(path, *, checks=None, **kwargs) -> Path:
-    groups = aggregate_records(records("robust", **kwargs), num_classes=2)
+def summary(path, *, checks=None, model="robust", **kwargs) -> Path:
+    groups = aggregate_records(records(model, **kwargs), num_classes=2)
     write_run_summary(
         path,
         groups,
@@ -242,3 +242,38 @@ def test_parse_eps_accepts_fractions_and_decimals():
     )
     with pytest.raises(ValueError, match="'-1'"):
         evaluation.parse_eps("-1")
+
+
+ROLLBACK = {"models": ["robust"], "rollback_below": {"baseline_model": "deployed",
+            "robust": {"pgd": ["8/255"]}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("base_robust", "verdict", "code"),
+    [(150, "ROLLBACK", 3), (84, "ALLOW", 0)],
+    ids=["worse-beyond-both-intervals", "within-the-intervals"],
+)
+def test_a_candidate_worse_than_its_baseline_beyond_both_intervals_rolls_back(
+    tmp_path, base_robust, verdict, code
+):
+    """Robust 40 % (CI up to ~47 %) against a deployed 75 % (CI from ~68 %): rollback; against
+    42 %, whose interval overlaps, nothing to roll back."""
+    policy = tmp_path / "rollback.json"
+    policy.write_text(json.dumps(ROLLBACK))
+    run = summary(tmp_path / "run.json", clean=160, robust_8=80)
+    base = summary(tmp_path / "deployed.json", model="deployed", clean=165, robust_8=base_robust)
+    result = cli("--policy", policy, "--run", run, "--baseline", base)
+    assert result.returncode == code, result.stdout + result.stderr
+    assert result.stdout.startswith(verdict)
+    if verdict == "ROLLBACK":
+        assert "worse beyond both intervals" in result.stdout
+
+
+def test_rollback_without_the_baseline_model_holds_and_a_malformed_rule_is_refused(tmp_path):
+    run = evaluation.read_run_summary(summary(tmp_path / "run.json", clean=160, robust_8=80))
+    decision = evaluation.decide(evaluation.parse_policy(ROLLBACK), run)
+    assert decision.verdict == "ROLLBACK" and "not in the run" in decision.reasons[0].detail
+    with pytest.raises(evaluation.PolicyError, match="baseline_model"):
+        evaluation.parse_policy({"rollback_below": {"robust": {"pgd": ["8/255"]}}})
+    with pytest.raises(evaluation.PolicyError, match="compares nothing"):
+        evaluation.parse_policy({"rollback_below": {"baseline_model": "b", "clean": False}})

@@ -358,3 +358,53 @@ def test_read_returns_what_the_file_holds_without_reparsing_it(tmp_path, monkeyp
     monkeypatch.undo()
     assert [r.to_dict() for r in in_memory] == [r.to_dict() for r in read_records(path)]
     assert [r.to_dict() for r in RecordLog(path).read()] == [r.to_dict() for r in in_memory]
+
+
+def test_a_gzip_log_resumes_like_a_plain_one_and_drops_a_member_cut_short(tmp_path):
+    """`records.jsonl.gz` holds one gzip member per append; a kill inside an append leaves a
+    cut-short member, which reopening drops (its cases are computed again), as it drops a
+    plain file's partial line."""
+    import gzip
+
+    from advjax.io import RecordLog, read_records, record_file
+
+    path = record_file(tmp_path)
+    assert path.name == "records.jsonl.gz"
+    log = RecordLog(path)
+    log.append([case_record(i) for i in range(3)])
+    log.append([case_record(i) for i in range(3, 5)])
+    whole = path.read_bytes()
+    assert gzip.decompress(whole).count(b"\n") == 5
+    again = gzip.compress(b"".join(case_record(i).to_json().encode() + b"\n" for i in (5, 6)))
+    path.write_bytes(whole + again[: len(again) // 2])  # killed half-way through an append
+    assert [r.case_id for r in read_records(path)] == list(range(5))
+    with pytest.warns(UserWarning, match="partial last line"):
+        reopened = RecordLog(path)
+    assert len(reopened) == 5 and path.read_bytes() == whole
+    reopened.append([case_record(5)])
+    assert [r.case_id for r in read_records(path)] == list(range(6))
+
+
+def test_a_damaged_gzip_log_is_an_error_naming_the_file_not_a_silent_truncation(tmp_path):
+    from advjax.io import RecordError, RecordLog
+
+    path = tmp_path / "records.jsonl.gz"
+    RecordLog(path).append([case_record(0)])
+    path.write_bytes(path.read_bytes() + b"not gzip at all, damage")
+    with pytest.raises(RecordError, match="records.jsonl.gz"):
+        RecordLog(path)
+
+
+def test_repair_of_a_gzip_log_keeps_first_copies_and_saves_the_rest_compressed(tmp_path):
+    import gzip
+
+    from advjax.io import read_records, repair_records
+
+    path = tmp_path / "records.jsonl.gz"
+    lines = [case_record(i).to_json() + "\n" for i in (0, 1, 0)]
+    path.write_bytes(gzip.compress("".join(lines).encode()))
+    repair = repair_records(path)
+    assert (repair.kept, repair.dropped) == (2, 1)
+    assert repair.duplicates_path.name == "records.duplicates.jsonl.gz"
+    assert [r.case_id for r in read_records(path)] == [0, 1]
+    assert gzip.decompress(repair.duplicates_path.read_bytes()).decode() == lines[2]
