@@ -22,6 +22,7 @@ from advjax.evaluation._autoattack import (
     resolve_members,
 )
 from advjax.evaluation._autoattack_engine import attack_members
+from advjax.evaluation._campaign import check_record_hashes
 from advjax.evaluation._records import ROBUST_STATUSES, CaseRecord, classify_status
 from advjax.evaluation._threat_model import ThreatModel
 from advjax.io._record_log import RecordLog
@@ -33,6 +34,11 @@ def member_hash(member: Member, norm: str) -> str:
     """The attack config hash of a member's records."""
     text = json.dumps({**dataclasses.asdict(member), "norm": norm}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def autoattack_hash(members: Sequence[Member], norm: str) -> str:
+    """The attack config hash of the derived `AUTOATTACK` records: that of the member list."""
+    return hashlib.sha256(",".join(member_hash(m, norm) for m in members).encode()).hexdigest()[:16]
 
 
 def autoattack_threat_model(eps: float, members: Sequence[Member], norm: str) -> ThreatModel:
@@ -86,22 +92,26 @@ def run_autoattack(
 
     Case i (position i of x) draws from fold_in(jax.random.key(seed), i), as `autoattack`
     does, so a resumed run equals an uninterrupted one.
+
+    Raises:
+      ValueError: `log` holds records of `model` made with another model hash, or of a
+        member (or of `AUTOATTACK`) with another attack-config or threat-model hash
+        (`check_record_hashes`); nothing is appended then.
     """
     members = resolve_members(version, members, norm)
     random_model = version == "rand" or any(m.eot > 1 for m in members)
     x, y = np.asarray(x, np.float32), np.asarray(y)
     ids = np.arange(len(y)) if case_ids is None else np.asarray(case_ids)
     tm = autoattack_threat_model(eps, members, norm)
-    for member in members:
-        stale = log.hashes(model, member.name) - {
-            (model_hash, member_hash(member, norm), tm.digest())
-        }
-        if stale:
-            raise ValueError(
-                f"{log.path} holds {member.name} records of {model!r} made with other (model, "
-                f"attack, threat model) hashes {sorted(stale)}; the given model hash is "
-                f"{model_hash}: write to a new output folder"
-            )
+    attack_hashes = {m.name: member_hash(m, norm) for m in members}
+    attack_hashes[AUTOATTACK] = autoattack_hash(members, norm)
+    check_record_hashes(
+        log,
+        model=model,
+        model_hash=model_hash,
+        attack_hashes=attack_hashes,
+        threat_model_hash=tm.digest(),
+    )
     key = jax.random.key(seed)
     clean = clean_predictions(logits_fn, x, key, batch_size, random_model)
     start = _start_members(log, model, members, eps, ids)
@@ -190,9 +200,7 @@ def autoattack_records(records, members, *, model: str, eps: float, case_ids, no
         m.name: {r.case_id: r for r in records if (r.model, r.attack, r.eps) == (model, m.name, eps)}
         for m in members
     }  # fmt: skip
-    digest = hashlib.sha256(",".join(member_hash(m, norm) for m in members).encode()).hexdigest()[
-        :16
-    ]
+    digest = autoattack_hash(members, norm)
     out = []
     for case in (int(c) for c in case_ids):
         chain = [by_member[m.name][case] for m in members if case in by_member[m.name]]

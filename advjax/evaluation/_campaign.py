@@ -15,7 +15,7 @@ the batch, so `replay_record` re-runs any one record alone and gets the same rec
 """
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -72,7 +72,8 @@ def run_attack(
 
     Raises:
       ValueError: no threat model, a spec outside it, a transfer spec without surrogate,
-        or records of this (model, attack) in `log` made with other hashes.
+        or records of `model` in `log` made with other hashes (`check_record_hashes`);
+        nothing is appended then.
     """
     threat_model = require_threat_model(threat_model)
     check_within_threat_model(spec, threat_model)
@@ -84,12 +85,13 @@ def run_attack(
             f"need x (n, h, w, c), y (n,), unique case_ids (n,): {x.shape=} {y.shape=} {ids.shape=}"
         )
     attack_hash = spec.config_hash(source_hash)
-    stale = log.hashes(model, spec.name) - {(model_hash, attack_hash, threat_model.digest())}
-    if stale:
-        raise ValueError(
-            f"{log.path} holds {model}/{spec.name} records made with other (model, attack, "
-            f"threat model) hashes {sorted(stale)}: write to a new record file (or --force)"
-        )
+    check_record_hashes(
+        log,
+        model=model,
+        model_hash=model_hash,
+        attack_hashes={spec.name: attack_hash},
+        threat_model_hash=threat_model.digest(),
+    )
     program = make_program(logits_fn, spec, source_fn)
     written = 0
     for eps in spec.eps:
@@ -119,6 +121,48 @@ def run_attack(
             f"{time.perf_counter() - started:.1f} s"
         )
     return written
+
+
+def check_record_hashes(
+    log: RecordLog,
+    *,
+    model: str,
+    model_hash: str,
+    attack_hashes: Mapping[str, str],
+    threat_model_hash: str,
+) -> None:
+    """Refuse to mix records of another model version, attack config or threat model.
+
+    A log's records of one model must all carry one model hash (whatever the attack: a
+    changed checkpoint is another model), and its records of one (model, attack) one
+    attack-config hash and one threat-model hash. Call before appending anything.
+
+    Args:
+      log: the record log about to receive records of `model`.
+      model, model_hash: the evaluated model's name and checkpoint hash.
+      attack_hashes: {attack name: attack config hash} of the attacks about to run.
+      threat_model_hash: the run's `ThreatModel.digest()`.
+
+    Raises:
+      ValueError: naming the file, the hash that differs, the given value and the
+        records' value(s).
+    """
+    attacks = {key[1] for key in log.keys if key[0] == model}
+    checks = [
+        ("model_hash", None, model_hash, {h[0] for a in attacks for h in log.hashes(model, a)})
+    ]
+    for attack, attack_hash in attack_hashes.items():
+        found = log.hashes(model, attack)
+        checks.append(("attack_config_hash", attack, attack_hash, {h[1] for h in found}))
+        checks.append(("threat_model_hash", attack, threat_model_hash, {h[2] for h in found}))
+    for field, attack, given, found in checks:
+        other = sorted(found - {given})
+        if other:
+            whose = f"{model!r}" if attack is None else f"{model!r} under {attack!r}"
+            raise ValueError(
+                f"{log.path} holds records of {whose} with {field} {', '.join(other)}; the given "
+                f"{field} is {given}: refusing to mix them (write to a new record file)"
+            )
 
 
 def attack_group(

@@ -1,10 +1,12 @@
 """`advjax.evaluation.run_autoattack`: AutoAttack into an append-only record log."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
 
-from advjax.evaluation import AUTOATTACK, autoattack, run_autoattack
+from advjax.evaluation import AUTOATTACK, autoattack, member_hash, run_autoattack
 from advjax.io import RecordLog
 from tests.evaluation.test_autoattack import EPS, STANDARD, _cases, _members, _mlp
 
@@ -71,12 +73,24 @@ def test_a_kill_at_any_moment_resumes_without_duplicates_or_lost_cases(tmp_path,
         assert len(again.read()) == len(resumed_log.read()), "a finished run appends nothing"
 
 
-def test_records_of_another_model_or_budget_are_refused_not_mixed(tmp_path, case):
-    """A changed checkpoint (another model hash) or other member budgets in the same log
-    are refused before any work, naming the file."""
+def test_records_of_another_model_version_are_refused_naming_both_hashes_and_nothing_is_appended(
+    tmp_path, case
+):
+    """A changed checkpoint (another model hash) or other member budgets (another attack
+    config hash) in the same log are refused before any work: the message names the file,
+    the hash that differs, the records' value and the given one, and nothing is appended."""
     logits_fn, x, y, members = case
-    log = RecordLog(tmp_path / "r.jsonl")
+    path = tmp_path / "r.jsonl"
+    log = RecordLog(path)
     _run(log, case)
-    with pytest.raises(ValueError, match="other .* hashes"):
-        run_autoattack(log, logits_fn, x, y, EPS, seed=3, model="mlp", model_hash="changed",
-                       members=members, batch_size=8)  # fmt: skip
+    before = path.read_bytes()
+    longer = [dataclasses.replace(m, steps=2 * m.steps) for m in members]
+    theirs, given = member_hash(members[0], "linf"), member_hash(longer[0], "linf")
+    for kwargs, expected in [
+        (dict(model_hash="changed", members=members), "with model_hash h; the given model_hash is changed"),
+        (dict(model_hash="h", members=longer), f"with attack_config_hash {theirs}; the given attack_config_hash is {given}"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError) as info:
+            run_autoattack(log, logits_fn, x, y, EPS, seed=3, model="mlp", batch_size=8, **kwargs)
+        assert str(path) in str(info.value) and expected in str(info.value), str(info.value)
+        assert path.read_bytes() == before

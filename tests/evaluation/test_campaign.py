@@ -167,13 +167,37 @@ def test_attack_outside_the_threat_model_or_without_one_is_refused(tmp_path):
     assert len(log) == 0
 
 
-def test_records_of_another_model_version_in_the_same_file_are_refused(tmp_path):
+def test_records_of_another_model_version_are_refused_naming_both_hashes_and_nothing_is_appended(
+    tmp_path,
+):
+    """Once a log holds records of model "m" (hash h0), a run of "m" with another model hash
+    (under the same or another attack), another attack config or another threat model is
+    refused before any work: the message names the file, the hash that differs, the
+    records' value and the given one, and the file is left byte for byte as it was."""
     logits_fn = make_linear_logits_fn()
     x, y = make_linear_batch(n=4)
-    log = RecordLog(tmp_path / "r.jsonl")
+    path = tmp_path / "r.jsonl"
+    log = RecordLog(path)
     _run(log, FGSM, logits_fn, x, y)
-    with pytest.raises(ValueError, match="other .* hashes"):
-        _run(log, FGSM, logits_fn, x, y, model_hash="h1")
+    before, count = path.read_bytes(), len(log)
+    fgsm_2 = dataclasses.replace(FGSM, eps=EPS[1:])
+    tm_2 = ThreatModel(eps=EPS, steps=20, restarts=3)
+    assert fgsm_2.config_hash() != FGSM.config_hash() and tm_2.digest() != TM.digest()
+    cases = [
+        (FGSM, {"model_hash": "h1"}, "model_hash", "h0", "h1"),
+        (PGD, {"model_hash": "h1"}, "model_hash", "h0", "h1"),
+        (fgsm_2, {}, "attack_config_hash", FGSM.config_hash(), fgsm_2.config_hash()),
+        (FGSM, {"threat_model": tm_2}, "threat_model_hash", TM.digest(), tm_2.digest()),
+    ]
+    for spec, kw, field, theirs, given in cases:
+        with pytest.raises(ValueError) as info:
+            _run(log, spec, logits_fn, x, y, **kw)
+        message = str(info.value)
+        assert str(path) in message, message
+        assert f"with {field} {theirs}; the given {field} is {given}" in message, message
+        assert path.read_bytes() == before and len(log) == count
+        assert len(RecordLog(path)) == count
+    assert _run(log, PGD, logits_fn, x, y) == 4 * len(PGD.eps)
 
 
 def test_transfer_attack_crafts_on_the_surrogate_and_scores_the_target(tmp_path):
