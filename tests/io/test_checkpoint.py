@@ -1,5 +1,6 @@
 """Checkpoint integrity: a sealed digest checked on every read, variables checked at load."""
 
+import gzip
 import hashlib
 import json
 from pathlib import Path
@@ -17,6 +18,7 @@ from advjax.io import (
     load_logits_fn,
     model_hash,
     read_checkpoint,
+    record_file,
     save_checkpoint,
     seal_checkpoint,
 )
@@ -173,21 +175,36 @@ def test_variables_that_do_not_fit_the_model_raise_at_load(tmp_path, model_and_v
         assert expected in str(info.value)
 
 
-def test_the_committed_checkpoints_model_hash_equals_the_hash_their_records_carry():
-    """Every committed checkpoint verifies, and its model_hash is the model_hash of its
-    records in results/records.jsonl (the first record of each model is compared)."""
-    checkpoints = sorted((RESULTS / "checkpoints").glob("*.msgpack"))
-    assert len(checkpoints) >= 13
-    wanted = {path.stem for path in checkpoints}
+def _first_model_hashes(records: Path, models: set[str]) -> dict[str, str]:
+    """The model_hash of the first record of each of `models` in a (gzip) record file."""
     first: dict[str, str] = {}
-    with open(RESULTS / "records.jsonl", encoding="utf-8") as f:
+    opener = gzip.open if records.suffix == ".gz" else open
+    with opener(records, "rt", encoding="utf-8") as f:
         for line in f:
             head = line[:400]
             name = head.split('"model":"', 1)[1].split('"', 1)[0] if '"model":"' in head else None
-            if name in wanted and name not in first:
+            if name in models and name not in first:
                 first[name] = json.loads(line)["model_hash"]
-    assert len(first) >= 12
-    for path in checkpoints:
-        digest = model_hash(path)
-        if path.stem in first:
-            assert digest == first[path.stem], path.name
+                if len(first) == len(models):
+                    break
+    return first
+
+
+def test_the_committed_checkpoints_model_hash_equals_the_hash_their_records_carry():
+    """Every committed checkpoint (results/**/checkpoints) verifies, and its model_hash is
+    the model_hash of its records in the record file beside its folder (the first record
+    of each model is compared)."""
+    folders = sorted({p.parent for p in RESULTS.glob("**/checkpoints/*.msgpack")})
+    checkpoints = [p for folder in folders for p in sorted(folder.glob("*.msgpack"))]
+    assert len(checkpoints) >= 13
+    compared = 0
+    for folder in folders:
+        records = record_file(folder.parent)
+        models = {p.stem for p in folder.glob("*.msgpack")}
+        first = _first_model_hashes(records, models) if records.exists() else {}
+        for path in sorted(folder.glob("*.msgpack")):
+            digest = model_hash(path)
+            if path.stem in first:
+                assert digest == first[path.stem], path
+                compared += 1
+    assert compared >= 12
