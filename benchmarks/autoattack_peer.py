@@ -128,7 +128,7 @@ def main(argv=None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--model", default="pgd_continue2_silu")
-    p.add_argument("--study", default=str(REPO / "results"))
+    p.add_argument("--study", default=str(REPO / "results" / "research"))
     p.add_argument("--n", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--torch-python", default=str(REPO / ".torchvenv" / "bin" / "python"))

@@ -193,6 +193,21 @@ transferred to every studied model: a transfer attack stronger than white-box PG
 masked gradients."""
 
 
+RESEARCH_MODELS = (
+    STANDARD_FLIP,
+    FGSM_RS_MATCHED,
+    FGSM_RS_FULL,
+    FGSM_RS_FULL_NODROP,
+    PGD_FINETUNE_NODROP,
+    TRADES_FINETUNE_NODROP,
+    PGD_CONTINUE_NODROP,
+    PGD_CONTINUE_SILU,
+    PGD_CONTINUE2_SILU,
+)
+"""The models beyond the reference study: augmentation control, FGSM-RS, PGD-AT, TRADES and
+SiLU fine-tunes. The `research` profile trains, attacks and reports them in their own folder."""
+
+
 @dataclasses.dataclass(frozen=True)
 class StudyConfig:
     """The study protocol; defaults are the reference study's numbers."""
@@ -202,20 +217,7 @@ class StudyConfig:
     train_size: int = 15000
     val_size: int = 3000
     eval_size: int = 1000
-    models: tuple[ModelSpec, ...] = (
-        STANDARD,
-        STANDARD_FLIP,
-        FGSM_REFERENCE,
-        FGSM_MATCHED,
-        FGSM_RS_MATCHED,
-        FGSM_RS_FULL,
-        FGSM_RS_FULL_NODROP,
-        PGD_FINETUNE_NODROP,
-        TRADES_FINETUNE_NODROP,
-        PGD_CONTINUE_NODROP,
-        PGD_CONTINUE_SILU,
-        PGD_CONTINUE2_SILU,
-    )
+    models: tuple[ModelSpec, ...] = (STANDARD, FGSM_REFERENCE, FGSM_MATCHED)
     batch_size: int = 128
     learning_rate: float = 1e-3
     weight_decay: float = 5e-4
@@ -317,13 +319,24 @@ def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-PROFILES = ("default", "reference", "quick")
+PROFILES = ("default", "research", "reference", "quick")
+PROFILE_OUTPUTS = {"default": "results", "research": "results/research", "reference": "results"}
+"""Each profile's output folder when --out is not given (quick: a new temporary folder)."""
+PROFILE_POLICIES = {"research": "research_policy.json"}
+"""A profile's release policy beside this file, where it is not `release_policy.json`."""
 
 
 def profile(name: str) -> StudyConfig:
-    """`default`: all three models; `reference`: the reference's two; `quick`: a CI smoke run."""
+    """A named protocol.
+
+    `default`: the reference study's standard and FGSM-AT models plus FGSM-AT at the
+    matched budget; `research`: every other model (`RESEARCH_MODELS`); `reference`: the
+    reference's two models; `quick`: the default's three models on small data, a smoke run.
+    """
     if name == "default":
         return StudyConfig()
+    if name == "research":
+        return StudyConfig(profile="research", models=RESEARCH_MODELS)
     if name == "reference":
         return StudyConfig(profile="reference", models=(STANDARD, FGSM_REFERENCE))
     if name == "quick":
@@ -336,7 +349,6 @@ def profile(name: str) -> StudyConfig:
                 dataclasses.replace(STANDARD, train_size=2000, epochs=2),
                 dataclasses.replace(FGSM_REFERENCE, train_size=1000, epochs=1),
                 dataclasses.replace(FGSM_MATCHED, train_size=2000, epochs=2),
-                dataclasses.replace(FGSM_RS_MATCHED, train_size=1000, epochs=1),
             ),
             pgd_steps=5,
             attack_batch_size=100,

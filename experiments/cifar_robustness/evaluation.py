@@ -1,7 +1,7 @@
 """The study's evaluation: threat model, attack campaign into records, aggregates, checks, gate.
 
 Order of work, per run: declare the threat model (printed first, stored with the run);
-attack every model into the append-only `records.jsonl` (resumable); compute every
+attack every model into the append-only `records.jsonl.gz` (resumable); compute every
 number from the records alone; run the sanity checks; write `summary.json`; apply the
 declared release policy (`policy.json`) to it.
 """
@@ -42,7 +42,7 @@ ATTACK_SECONDS_FILE = "attack_seconds.json"
 """Wall seconds of attack compute per model and attack, summed over the invocations that
 wrote its records (a resumed run adds its part; a run that reuses every record adds 0)."""
 RECORDS_FILE, SUMMARY_FILE, POLICY_FILE, GATE_FILE = (
-    "records.jsonl",
+    "records.jsonl.gz",
     "summary.json",
     "policy.json",
     "gate.txt",
@@ -332,6 +332,7 @@ def release_decision(summary: dict, policy_path: Path, out: Path, log_line) -> d
     log_line(text.splitlines()[0])
     return {
         "allow": decision.allow,
+        "verdict": decision.verdict,
         "policy": policy,
         "policy_sha256": policy_hash,
         "reasons": [r._asdict() for r in decision.reasons],

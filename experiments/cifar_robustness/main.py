@@ -16,9 +16,14 @@ from pathlib import Path
 
 from advjax import backend
 from advjax.data import DATA_DIR_ENV
-from experiments.cifar_robustness.config import PROFILES, profile
+from advjax.io import record_file
+from experiments.cifar_robustness.config import (
+    PROFILE_OUTPUTS,
+    PROFILE_POLICIES,
+    PROFILES,
+    profile,
+)
 from experiments.cifar_robustness.dry_run import dry_run
-from experiments.cifar_robustness.evaluation import RECORDS_FILE
 from experiments.cifar_robustness.report import write_report
 from experiments.cifar_robustness.study import run_study
 from experiments.cli import add_repair_flag, hold_output_folder, run_command
@@ -41,7 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--models", nargs="+", default=None, help="train and attack only these models")
     p.add_argument(
-        "--out", default=None, help="output folder (default results/, quick: a temp folder)"
+        "--out",
+        default=None,
+        help="output folder (default: results/, research: results/research/, quick: a temp folder)",
     )
     p.add_argument(
         "--data-dir", default=None, help=f"CIFAR-10 binary folder (else ${DATA_DIR_ENV}, else tfds)"
@@ -78,16 +85,14 @@ def main(argv: list[str] | None = None) -> dict:
     config = config_from_args(args)
     if args.dry_run and not args.repair_records:
         return dry_run(config)
-    out = args.out or (
-        tempfile.mkdtemp(prefix="advjax-quick-") if args.profile == "quick" else "results"
-    )
+    out = args.out or PROFILE_OUTPUTS.get(args.profile) or tempfile.mkdtemp(prefix="advjax-quick-")
     command = "python -m experiments.cifar_robustness " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
     return hold_output_folder(
         out,
         lambda: study(config, args, out, command),
-        records=[Path(out) / RECORDS_FILE],
+        records=[record_file(out)],
         repair=args.repair_records,
     )
 
@@ -102,7 +107,8 @@ def study(config, args: argparse.Namespace, out: str, command: str) -> dict:
         force=args.force,
         show_progress=not args.no_progress,
         command=command,
-        **({"policy_path": args.policy} if args.policy else {}),
+        policy_path=args.policy
+        or Path(__file__).parent / PROFILE_POLICIES.get(args.profile, "release_policy.json"),
     )
     write_report(results, out)
     print(f"wrote {out}/results.json")

@@ -1,5 +1,12 @@
-"""Figures for robustness studies (matplotlib, Agg backend); each writes one PNG atomically."""
+"""Figures for robustness studies (matplotlib, Agg backend); each writes one PNG atomically.
 
+Every figure answers one question and stays legible at README size: at most
+`MAX_SERIES` labelled series per axes (more models become small multiples), legends
+below the axes or direct labels beside them, never over the data, and one colour per
+model in every figure (`model_colour`).
+"""
+
+import hashlib
 import io
 import os
 from typing import Sequence
@@ -9,8 +16,52 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
-from advjax.io import atomic_write_bytes
+from advjax.io import atomic_write_bytes  # noqa: E402
+
+MAX_SERIES = 6
+"""Most labelled series one axes carries; beyond it a figure becomes small multiples."""
+
+MODEL_ORDER = (
+    "standard",
+    "fgsm_reference",
+    "fgsm_matched",
+    "standard_flip",
+    "fgsm_rs_matched",
+    "fgsm_rs_full",
+    "fgsm_rs_full_nodrop",
+    "pgd_finetune_nodrop",
+    "trades_finetune_nodrop",
+    "pgd_continue_nodrop",
+    "pgd_continue_silu",
+    "pgd_continue2_silu",
+    "surrogate",
+)
+PALETTE = (
+    "#4477aa",
+    "#ee6677",
+    "#228833",
+    "#66ccee",
+    "#ccbb44",
+    "#aa3377",
+    "#bbbbbb",
+    "#332288",
+    "#ee8866",
+    "#117733",
+    "#882255",
+    "#000000",
+    "#999933",
+)
+"""Paul Tol's bright and muted qualitative colours: distinct, and distinct in grey."""
+
+
+def model_colour(name: str) -> str:
+    """The colour of model `name`, the same in every figure of every run."""
+    if name in MODEL_ORDER:
+        return PALETTE[MODEL_ORDER.index(name)]
+    digest = int(hashlib.sha256(name.encode()).hexdigest(), 16)
+    return PALETTE[digest % len(PALETTE)]
 
 
 def save_figure(fig, path: str | os.PathLike) -> None:
@@ -19,6 +70,43 @@ def save_figure(fig, path: str | os.PathLike) -> None:
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def _grid(n: int, *, ncols: int = 3, size: tuple[float, float] = (3.6, 2.9)):
+    ncols = min(ncols, n)
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(size[0] * ncols, size[1] * nrows + 0.6),
+        squeeze=False,
+        sharex=True,
+        sharey=True,
+    )
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for i in range(max(0, n - ncols), n):  # the lowest panel of each column shows its x ticks
+        axes.flat[i].xaxis.set_tick_params(labelbottom=True)
+    return fig, list(axes.flat[:n])
+
+
+def _legend_below(fig, handles, labels, *, ncol: int | None = None) -> None:
+    """One figure legend under every axes (deduplicated), so it never covers data."""
+    seen = {}
+    for h, lab in zip(handles, labels):
+        seen.setdefault(lab, h)
+    if not seen:
+        return
+    ncol = ncol or min(3, len(seen))
+    fig.legend(
+        list(seen.values()),
+        list(seen),
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=ncol,
+        fontsize=8,
+        frameon=False,
+    )
 
 
 def image_grid(images: np.ndarray, row_labels: Sequence[str], title: str, path) -> None:
@@ -55,58 +143,147 @@ def training_curves(history: list[dict], title: str, path) -> None:
     ax_loss.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
     ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
     for ax in (ax_loss, ax_acc):
-        ax.grid(alpha=0.3), ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.suptitle(title)
     save_figure(fig, path)
 
 
-def lines(
-    series: dict[str, tuple[Sequence[float], Sequence[float]]],
+Series = dict
+"""One line: {"x": [...], "y": [...], "colour": ..., "style": "o-", "label": ...}."""
+
+
+def line_panels(
+    panels: dict[str, list[Series]],
     *,
     title: str,
     xlabel: str,
     ylabel: str,
     path,
-    markers: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+    markers: dict[str, list[Series]] | None = None,
 ) -> None:
-    """One line per named (x, y) series; optional reference points as unfilled markers."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, (x, y) in series.items():
-        ax.plot(x, y, "o-" if len(x) < 30 else "-", label=name)
-    for name, (x, y) in (markers or {}).items():
-        ax.plot(x, y, "x", markersize=9, mew=2, label=name)
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    """Small multiples: one axes per panel title, its lines, a shared legend below.
+
+    `markers[panel]` are unjoined reference points (drawn as crosses).
+    """
+    fig, axes = _grid(len(panels))
+    handles, labels, colours = [], [], {}
+    for ax, (name, series) in zip(axes, panels.items()):
+        if len(series) > MAX_SERIES:
+            raise ValueError(f"panel {name!r} has {len(series)} series; at most {MAX_SERIES}")
+        for s in series:
+            style = s.get("style") or ("o-" if len(s["x"]) < 30 else "-")
+            (line,) = ax.plot(s["x"], s["y"], style, color=s["colour"], label=s["label"], ms=4)
+            colours.setdefault(s["label"], set()).add(s["colour"])
+            if len(colours[s["label"]]) > 1:  # one label in many colours: a grey key
+                (line,) = ax.plot([], [], style, color="#555555", ms=4)
+                handles = [line if lab == s["label"] else h for h, lab in zip(handles, labels)]
+            handles.append(line), labels.append(s["label"])
+        for s in (markers or {}).get(name, []):
+            (point,) = ax.plot(s["x"], s["y"], "x", color=s["colour"], ms=8, mew=2)
+            handles.append(Line2D([], [], ls="", marker="x", color="black", ms=8, mew=2))
+            labels.append(s["label"])
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+    ncols = axes[0].get_subplotspec().get_gridspec().ncols
+    for i, ax in enumerate(axes):
+        if i >= len(axes) - ncols:
+            ax.set_xlabel(xlabel, fontsize=8)
+        if ax.get_subplotspec().is_first_col():
+            ax.set_ylabel(ylabel, fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    _legend_below(fig, handles, labels)
     save_figure(fig, path)
 
 
-def grouped_bars(
+def dot_plot(
+    rows: list[tuple[str, str]],
+    values: dict[str, list[tuple[float, float, float]]],
+    *,
+    title: str,
+    xlabel: str,
+    path,
+) -> None:
+    """One row per model (label, colour), one marker per kind at (value, low, high).
+
+    Answers "how much accuracy does each model keep under each attack" at a glance: the
+    grey bar spans a model's clean-to-robust drop.
+    """
+    kinds = list(values)
+    if len(kinds) > MAX_SERIES:
+        raise ValueError(f"{len(kinds)} kinds; at most {MAX_SERIES}")
+    styles = ("o", "^", "s", "D", "v", "P")
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.4))
+    y = np.arange(len(rows))[::-1]
+    for i, (label, colour) in enumerate(rows):
+        xs = [values[k][i][0] for k in kinds]
+        ax.plot([min(xs), max(xs)], [y[i]] * 2, color="#cccccc", lw=4, zorder=1)
+    for j, kind in enumerate(kinds):
+        for i, (label, colour) in enumerate(rows):
+            v, lo, hi = values[kind][i]
+            ax.errorbar(
+                v,
+                y[i],
+                xerr=[[max(0.0, v - lo)], [max(0.0, hi - v)]],
+                fmt=styles[j],
+                color=colour,
+                mfc="white" if j == 0 else colour,
+                ms=7,
+                capsize=2,
+                zorder=3,
+            )
+    ax.set_yticks(y, [label for label, _ in rows], fontsize=8)
+    ax.set(title=title, xlabel=xlabel, xlim=(0, 100))
+    ax.grid(axis="x", alpha=0.3)
+    proxies = [
+        Line2D([], [], ls="", marker=styles[j], color="#555555", mfc="white" if j == 0 else None)
+        for j in range(len(kinds))
+    ]
+    fig.tight_layout()
+    _legend_below(fig, proxies, kinds, ncol=len(kinds))
+    save_figure(fig, path)
+
+
+def bar_panels(
     groups: Sequence[str],
-    bars: dict[str, Sequence[float]],
+    panels: dict[str, dict[str, tuple[Sequence[float], str]]],
     *,
     title: str,
     ylabel: str,
     path,
-    annotate: bool = True,
 ) -> None:
-    """Bars grouped by `groups`, one colour per key of `bars`."""
-    fig, ax = plt.subplots(figsize=(min(14, max(7, 0.3 * len(groups) * len(bars))), 4.5))
-    width = 0.8 / len(bars)
+    """Small multiples of grouped bars: per panel, bars per group for each (values, colour)."""
+    fig, axes = _grid(len(panels), ncols=2 if len(panels) > 1 else 1, size=(6.0, 2.8))
+    handles, labels = [], []
     x = np.arange(len(groups))
-    for i, (name, values) in enumerate(bars.items()):
-        rects = ax.bar(x + (i - (len(bars) - 1) / 2) * width, values, width, label=name)
-        if annotate and len(groups) * len(bars) <= 16:
-            ax.bar_label(rects, fmt="%.1f", fontsize=7)
-    ax.set_xticks(
-        x,
-        groups,
-        rotation=20 if len(groups) > 4 else 0,
-        ha="right" if len(groups) > 4 else "center",
-    )
-    ax.set(title=title, ylabel=ylabel)
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    for ax, (name, bars) in zip(axes, panels.items()):
+        if len(bars) > MAX_SERIES:
+            raise ValueError(f"panel {name!r} has {len(bars)} series; at most {MAX_SERIES}")
+        width = 0.8 / len(bars)
+        for i, (label, (values, colour)) in enumerate(bars.items()):
+            rects = ax.bar(
+                x + (i - (len(bars) - 1) / 2) * width,
+                values,
+                width,
+                color=colour,
+                alpha=1.0 if i else 0.35,
+                label=label,
+            )
+            handles.append(rects), labels.append(label)
+        ax.set_xticks(x, groups, rotation=40, ha="right", fontsize=7)
+        ax.set_title(name, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+        if ax.get_subplotspec().is_first_col():
+            ax.set_ylabel(ylabel, fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    legend_labels = ["clean" if lab.startswith("clean") else lab for lab in labels]
+    proxies = [
+        plt.Rectangle((0, 0), 1, 1, color="#555555", alpha=0.35 if lab == "clean" else 1.0)
+        for lab in legend_labels
+    ]
+    _legend_below(fig, proxies, legend_labels)
     save_figure(fig, path)
 
 
@@ -175,8 +352,23 @@ def adversarial_grid(
     save_figure(fig, path)
 
 
+def _spread(values: list[float], gap: float) -> list[float]:
+    """`values` moved apart to at least `gap`, order kept, as little as possible."""
+    order = np.argsort(values)
+    placed = np.asarray(values, dtype=float)[order]
+    for i in range(1, len(placed)):
+        placed[i] = max(placed[i], placed[i - 1] + gap)
+    shift = max(0.0, (placed[-1] - max(values))) / 2 if len(placed) else 0.0
+    placed -= shift
+    for i in range(1, len(placed)):
+        placed[i] = max(placed[i], placed[i - 1] + gap)
+    out = np.empty_like(placed)
+    out[order] = placed
+    return out.tolist()
+
+
 def tradeoff_scatter(
-    points: dict[str, dict[str, tuple[float, float, float]]],
+    points: dict[str, dict],
     *,
     title: str,
     xlabel: str,
@@ -187,45 +379,79 @@ def tradeoff_scatter(
 ) -> None:
     """Clean (x) against robust (y) accuracy per model, with interval bars on both axes.
 
-    `points[label][kind] = (value, low, high)` with kind "clean" and one or more robust
-    kinds (e.g. "PGD-20", "ensemble"), each drawn with its own marker and joined per model;
-    `references` are single labelled points (black crosses); `target` shades the region
-    clean >= target[0], robust >= target[1].
+    `points[name] = {"label": ..., "colour": ..., "clean": (v, lo, hi), KIND: (v, lo, hi)...}`
+    with one or more robust kinds (e.g. "PGD-20", "AutoAttack"): the last is the strongest
+    and drawn filled, the others hollow, joined per model. Each model is labelled directly
+    in a column beside the axes; `references` are black crosses, `target` shades the
+    region clean >= target[0], robust >= target[1].
     """
-    fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    fig, ax = plt.subplots(figsize=(6.0, 4.8))
     markers = ["o", "s", "^", "D"]
-    for i, (label, kinds) in enumerate(points.items()):
-        colour = f"C{i}"
-        cx, clo, chi = kinds["clean"]
-        robust = [(k, v) for k, v in kinds.items() if k != "clean"]
+    kinds_seen: list[str] = []
+    label_at = []
+    for name, p in points.items():
+        colour = p["colour"]
+        cx, clo, chi = p["clean"]
+        robust = [(k, v) for k, v in p.items() if k not in ("clean", "label", "colour")]
         for j, (kind, (y, lo, hi)) in enumerate(robust):
+            if kind not in kinds_seen:
+                kinds_seen.append(kind)
             ax.errorbar(
                 cx,
                 y,
                 xerr=[[max(0.0, cx - clo)], [max(0.0, chi - cx)]],
                 yerr=[[max(0.0, y - lo)], [max(0.0, hi - y)]],
-                fmt=markers[j % len(markers)],
+                fmt=markers[kinds_seen.index(kind) % len(markers)],
                 color=colour,
-                capsize=3,
+                capsize=2,
+                ms=6,
                 mfc=colour if j == len(robust) - 1 else "white",
-                label=f"{label} ({kind})",
             )
         if len(robust) > 1:
             ax.plot([cx] * len(robust), [v[0] for _, v in robust], color=colour, alpha=0.4)
+        label_at.append((p["label"], colour, cx, robust[-1][1][0]))
     for name, (x, y) in (references or {}).items():
-        ax.plot(x, y, "x", markersize=10, mew=2, color="black")
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=7)
+        ax.plot(x, y, "x", markersize=9, mew=2, color="black")
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(6, 8), fontsize=7)
     if target is not None:
-        ax.fill_between(
-            [target[0], 100],
-            target[1],
-            100,
-            color="green",
-            alpha=0.08,
-            label=f"target: clean >= {target[0]:g} %, robust >= {target[1]:g} %",
+        ax.fill_between([target[0], 100], target[1], 100, color="green", alpha=0.08)
+    ylim = (0, max(60.0, max((v[3] for v in label_at), default=0) + 5))
+    if target is not None:
+        ax.annotate(
+            f"target:\nclean >= {target[0]:g} %\nrobust >= {target[1]:g} %",
+            (target[0] + 1, ylim[1] - 1),
+            va="top",
+            fontsize=7,
+            color="darkgreen",
         )
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xlim=(0, 100), ylim=(0, 60))
+    cleans = [v[2] for v in label_at] + [x for x, _ in (references or {}).values()]
+    xlim = (max(0.0, 10 * (min(cleans, default=10) // 10) - 10), 100)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xlim=xlim, ylim=ylim)
     ax.grid(alpha=0.3)
-    # Outside the axes: with ten models and two attacks each, a legend inside hides the points.
-    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    ys = _spread([v[3] for v in label_at], gap=(ylim[1] - ylim[0]) * 0.045)
+    for (label, colour, cx, cy), ty in zip(label_at, ys):
+        ax.annotate(
+            label,
+            (cx, cy),
+            xytext=(xlim[1] + 0.03 * (xlim[1] - xlim[0]), ty),
+            textcoords="data",
+            fontsize=7,
+            color=colour,
+            va="center",
+            annotation_clip=False,
+            arrowprops={"arrowstyle": "-", "color": colour, "alpha": 0.35, "lw": 0.8},
+        )
+    proxies = [
+        Line2D(
+            [],
+            [],
+            ls="",
+            marker=markers[i % len(markers)],
+            color="#555555",
+            mfc="#555555" if i == len(kinds_seen) - 1 else "white",
+        )  # fmt: skip
+        for i in range(len(kinds_seen))
+    ]
+    fig.tight_layout()
+    _legend_below(fig, proxies, kinds_seen, ncol=len(kinds_seen))
     save_figure(fig, path)

@@ -6,10 +6,10 @@ import numpy as np
 
 from advjax.evaluation import format_rate
 from advjax.io import atomic_write_text
-from experiments.cifar_robustness import plots
+from experiments.cifar_robustness.figures import figures
 from experiments.cifar_robustness.html_report import write_html_report
 from experiments.cifar_robustness.study import SAMPLES_FILE
-from experiments.cifar_robustness.tradeoff import load_strong, strong_table, tradeoff_figure
+from experiments.cifar_robustness.tradeoff import load_strong, strong_table
 
 ATTACK_NAMES = {"fgsm": "FGSM", "pgd": "PGD"}
 
@@ -127,7 +127,7 @@ def checks_table(results: dict) -> str:
 def gate_text(results: dict) -> str:
     gate = results["gate"]
     failed = [r for r in gate["reasons"] if not r["passed"]]
-    head = "**ALLOW**" if gate["allow"] else "**HOLD**"
+    head = f"**{gate.get('verdict') or ('ALLOW' if gate['allow'] else 'HOLD')}**"
     lines = [
         f"{head}: {len(gate['reasons']) - len(failed)} of {len(gate['reasons'])} conditions of "
         f"the declared policy (sha256 {gate['policy_sha256']}) passed."
@@ -180,148 +180,6 @@ def tables_markdown(results: dict, strong: dict | None = None) -> str:
         + "\n".join(f"| {k} | {v:.0f} |" for k, v in results["timings_seconds"].items()),
     ]
     return "\n\n".join(parts) + "\n"
-
-
-def figures(
-    results: dict,
-    out: Path,
-    class_names,
-    sample_images: np.ndarray | None,
-    strong: dict | None = None,
-) -> list[Path]:
-    """Write the study's figures into out/figures; return their paths."""
-    fig_dir = out / "figures"
-    written = []
-
-    def path(name):
-        written.append(fig_dir / name)
-        return fig_dir / name
-
-    models = results["models"]
-    eps_values = [float(e) for e in next(iter(models.values()))["attacks"]["pgd"]]
-    top = max(next(iter(models.values()))["attacks"]["pgd"], key=float)
-    if sample_images is not None:
-        plots.image_grid(
-            sample_images,
-            class_names,
-            "CIFAR-10 evaluation subset: samples per class",
-            path("samples_per_class.png"),
-        )
-    for name, m in models.items():
-        plots.training_curves(
-            m["training"]["history"],
-            f"Training curves: {m['label']}",
-            path(f"training_curves_{name}.png"),
-        )
-    for metric, fname, ylabel in (
-        ("robust_accuracy", "robust_accuracy_vs_eps.png", "robust accuracy (%)"),
-        ("attack_success_rate", "attack_success_vs_eps.png", "attack success rate (%)"),
-    ):
-        series, refs = {}, {}
-        for name, m in models.items():
-            for attack, per_eps in m["attacks"].items():
-                series[f"{m['label']} / {ATTACK_NAMES[attack]}"] = (
-                    eps_values,
-                    [100 * per_eps[e][metric]["value"] for e in per_eps],
-                )
-                ref = (
-                    results["reference"]
-                    .get(name, {})
-                    .get(attack if metric == "robust_accuracy" else f"{attack}_success")
-                )
-                if ref:
-                    refs[f"reference {name} / {ATTACK_NAMES[attack]}"] = (
-                        list(ref),
-                        [100 * v for v in ref.values()],
-                    )
-        plots.lines(
-            series,
-            markers=refs,
-            title=f"{metric.replace('_', ' ').capitalize()} vs eps (L-inf, white-box)",
-            xlabel="eps (/255)",
-            ylabel=ylabel,
-            path=path(fname),
-        )
-    labels = [m["label"] for m in models.values()]
-    plots.grouped_bars(
-        labels,
-        {
-            "clean": [100 * m["clean_accuracy"]["value"] for m in models.values()],
-            f"FGSM {top}/255": [
-                100 * m["attacks"]["fgsm"][top]["robust_accuracy"]["value"] for m in models.values()
-            ],
-            f"PGD {top}/255": [
-                100 * m["attacks"]["pgd"][top]["robust_accuracy"]["value"] for m in models.values()
-            ],
-        },
-        title="Clean vs robust accuracy trade-off",
-        ylabel="accuracy (%)",
-        path=path("clean_vs_robust.png"),
-    )
-    tradeoff_figure(results, strong, path("tradeoff_clean_vs_robust.png"))
-    for name, m in models.items():
-        plots.confusion_pair(
-            {"clean": m["confusion"]["clean"], f"PGD {top}/255": m["confusion"][f"pgd_{top}"]},
-            class_names,
-            f"Confusion matrices: {m['label']}",
-            path(f"confusion_{name}.png"),
-        )
-    nonzero = [e for e in next(iter(models.values()))["attacks"]["pgd"] if float(e) > 0]
-    for eps in sorted({min(nonzero, key=float), top}, key=float):
-        bars = {
-            f"{m['label']} clean": [100 * r["value"] for r in m["per_class"]["clean"]]
-            for m in models.values()
-        }
-        bars.update(
-            {
-                f"{m['label']} PGD {eps}/255": [
-                    100 * r["value"] for r in m["per_class"][f"pgd_{eps}"]
-                ]
-                for m in models.values()
-            }
-        )
-        plots.grouped_bars(
-            list(class_names),
-            bars,
-            title=f"Per-class accuracy, clean and under PGD {eps}/255",
-            ylabel="accuracy (%)",
-            path=path(f"per_class_accuracy_pgd_{eps}.png"),
-            annotate=False,
-        )
-    for what, xlabel in (("steps", "PGD steps (first restart)"), ("restarts", "random restarts")):
-        series = {}
-        for m in models.values():
-            for eps, curves in m["budget_curves"].items():
-                curve = curves[what]
-                if curve:
-                    start = 0 if what == "steps" else 1
-                    series[f"{m['label']} eps {eps}/255"] = (
-                        list(range(start, start + len(curve))),
-                        [100 * r["value"] for r in curve],
-                    )
-        plots.lines(
-            series,
-            title=f"Robust accuracy vs PGD {what} (one run, first-break tracking)",
-            xlabel=xlabel,
-            ylabel="robust accuracy (%)",
-            path=path(f"budget_curve_{what}.png"),
-        )
-    for name, m in models.items():
-        with np.load(out / "examples" / f"{name}.npz") as saved:
-            k = min(8, len(saved["x_clean"]))
-            magnify = 10.0
-            plots.adversarial_grid(
-                saved["x_clean"][:k],
-                saved["x_adv"][:k],
-                saved["labels"][:k],
-                saved["clean_pred"][:k],
-                saved["adv_pred"][:k],
-                class_names,
-                magnify=magnify,
-                title=f"{m['label']}: PGD {top}/255 (perturbation magnified x{magnify:g}, shown around grey)",
-                path=path(f"adversarial_examples_{name}.png"),
-            )
-    return written
 
 
 def write_report(results: dict, out) -> None:

@@ -17,6 +17,7 @@ from advjax.io import (
     git_state,
     load_logits_fn,
     read_checkpoint,
+    record_file,
     save_checkpoint,
 )
 from advjax.train import Batch, SentinelConfig, TrainConfig, fit, make_model, to_float
@@ -132,11 +133,11 @@ def run_study(
     """Run (or resume) every phase; write records, results.json, summary.json and gate.txt.
 
     The threat model is declared and printed before any model is attacked; every number
-    written is computed from `records.jsonl` alone.
+    written is computed from the record file (`records.jsonl.gz`) alone.
     """
     out = Path(out_dir)
     if force:
-        for sub in ("checkpoints", "examples", RECORDS_FILE):
+        for sub in ("checkpoints", "examples", "records.jsonl", RECORDS_FILE):
             target = out / sub
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     threat_model = study_threat_model(config)
@@ -162,7 +163,7 @@ def run_study(
         for spec in specs
     }
     surrogate = load_logits_fn(checkpoints[config.surrogate.name]) if config.surrogate else None
-    records_log = RecordLog(out / RECORDS_FILE)
+    records_log = RecordLog(record_file(out))
     extras = {}
     for spec in config.models:
         extras[spec.name] = evaluate_model(
@@ -227,7 +228,7 @@ def run_study(
             a.to_dict() | {"config_hash": a.config_hash(surrogate[1] if a.source else None)}
             for a in attack_specs(config)
         ],
-        "records": {"file": RECORDS_FILE, "count": len(records)},
+        "records": {"file": records_log.path.name, "count": len(records)},
         "checks": summary["checks"],
         "sanity_passed": summary["sanity_passed"],
         "gate": gate,

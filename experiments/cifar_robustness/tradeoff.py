@@ -14,7 +14,7 @@ from experiments.cifar_robustness import plots
 
 STRONG_SUMMARY = Path("strong_evaluation") / "summary.json"
 TARGET = (65.0, 35.0)
-"""Issue 5's aim at 8/255: clean and ensemble robust accuracy (%)."""
+"""The defense's aim at 8/255: clean and strong-evaluation robust accuracy (%)."""
 REFERENCE_FGSM_AT = (42.3, 27.0)
 """The reproduced study's FGSM-AT model: clean and PGD-20 8/255 robust accuracy (%)."""
 
@@ -24,8 +24,9 @@ def load_strong(out: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _ensemble(strong: dict | None, model: str, eps: float) -> dict | None:
-    # AutoAttack's records, or the three-member ensemble's where a summary holds that
+def ensemble_rate(strong: dict | None, model: str, eps: float) -> dict | None:
+    """The strong evaluation's robust accuracy of `model` at `eps` (AutoAttack, else the
+    three-member ensemble where a summary holds that); None where it did not run."""
     group = strong and (
         find_group(strong["aggregates"], model=model, attack=AUTOATTACK, eps=eps)
         or find_group(strong["aggregates"], model=model, attack="ensemble", eps=eps)
@@ -63,7 +64,7 @@ def strong_table(results: dict, strong: dict | None) -> str:
     ]
     for name, m in results["models"].items():
         pgd = m["attacks"]["pgd"][top]["robust_accuracy"]
-        ens = _ensemble(strong, name, eps)
+        ens = ensemble_rate(strong, name, eps)
         over = f"{100 * (pgd['value'] - ens['value']):.1f}" if ens else "not run"
         rows.append(
             f"| {m['label']} | {m['training']['train_size']:,} x {m['spec']['epochs']} | "
@@ -95,17 +96,19 @@ def tradeoff_figure(results: dict, strong: dict | None, path) -> None:
     eps = float(top) / 255
     points = {}
     for name, m in results["models"].items():
-        kinds = {
+        point = {
+            "label": name,
+            "colour": plots.model_colour(name),
             "clean": _triple(m["clean_accuracy"]),
             f"PGD-20 {top}/255": _triple(m["attacks"]["pgd"][top]["robust_accuracy"]),
         }
-        ens = _ensemble(strong, name, eps)
+        ens = ensemble_rate(strong, name, eps)
         if ens:
-            kinds[f"ensemble {top}/255"] = _triple(ens)
-        points[m["label"]] = kinds
+            point[f"strong evaluation {top}/255"] = _triple(ens)
+        points[name] = point
     plots.tradeoff_scatter(
         points,
-        title=f"Clean vs robust accuracy at {top}/255 (Wilson 95 % intervals; filled: strongest attack)",
+        title=f"Clean vs robust accuracy at {top}/255 (Wilson 95 % intervals)",
         xlabel="clean accuracy (%)",
         ylabel="robust accuracy (%)",
         path=path,
