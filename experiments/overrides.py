@@ -224,3 +224,15 @@ def check_choice(key: str, value, known: Sequence[str]) -> None:
     """Raise ValueError unless `value` is one of `known`."""
     if value not in known:
         raise ValueError(f"{key}={value!r} must be one of {tuple(known)}")
+
+
+def add_set_flag(parser, examples: str) -> None:
+    """Add the studies' repeatable `--set KEY=VALUE` flag (into `args.overrides`) to `parser`."""
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a config field (repeatable): e.g. {examples}",
+    )

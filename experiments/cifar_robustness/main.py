@@ -27,7 +27,7 @@ from experiments.cifar_robustness.dry_run import dry_run
 from experiments.cifar_robustness.report import write_report
 from experiments.cifar_robustness.study import run_study
 from experiments.cli import add_repair_flag, hold_output_folder, run_command
-from experiments.overrides import apply_overrides
+from experiments.overrides import add_set_flag, apply_overrides
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,14 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--profile", default="default", choices=PROFILES)
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config field (repeatable): e.g. eps_list=0,8/255, pgd_steps=10, "
-        "models.*.epochs=2, models.fgsm_reference.train_size=4000",
+    add_set_flag(
+        p,
+        "eps_list=0,8/255, pgd_steps=10, models.*.epochs=2, models.fgsm_reference.train_size=4000",
     )
     p.add_argument("--models", nargs="+", default=None, help="train and attack only these models")
     p.add_argument(

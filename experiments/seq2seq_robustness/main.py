@@ -29,7 +29,7 @@ from pathlib import Path
 from advjax import backend
 from advjax.text.data import resolve_multi30k_dir
 from experiments.cli import hold_output_folder, run_command
-from experiments.overrides import apply_overrides
+from experiments.overrides import add_set_flag, apply_overrides
 from experiments.seq2seq_robustness.config import profile
 from experiments.seq2seq_robustness.study import run, write_tables
 
@@ -48,15 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument(
         "--out", default=None, help="output folder (default results/seq2seq, quick: a temp folder)"
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config field (repeatable): e.g. archs=lstm,transformer, "
-        "src_langs=fr,de,cs, units=word,bpe, n_attack=200",
-    )
+    add_set_flag(p, "archs=lstm,transformer, src_langs=fr,de,cs, units=word,bpe, n_attack=200")
     p.add_argument("--models-dir", default=None, help="model folder (default OUT/models)")
     p.add_argument(
         "--reuse",

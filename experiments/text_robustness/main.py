@@ -21,7 +21,7 @@ from pathlib import Path
 from advjax import backend
 from advjax.text.data import TEXT_DIR_ENV
 from experiments.cli import hold_output_folder, run_command
-from experiments.overrides import apply_overrides
+from experiments.overrides import add_set_flag, apply_overrides
 from experiments.text_robustness.config import PROFILES, profile
 from experiments.text_robustness.study import POLICY, run
 
@@ -31,15 +31,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--profile", default="default", choices=sorted(PROFILES))
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config field (repeatable): e.g. eval_size=200, max_queries=500, "
-        "attacks=textfooler",
-    )
+    add_set_flag(p, "eval_size=200, max_queries=500, attacks=textfooler")
     p.add_argument("--text-dir", default=None, help=f"text data folder (else ${TEXT_DIR_ENV})")
     p.add_argument(
         "--out", default=None, help="output folder (default results/text; quick: a temp folder)"
