@@ -16,6 +16,7 @@ from advjax.attacks import (
     fgsm,
     pgd,
     pgd_search,
+    square_l2,
     square_linf,
 )
 from advjax.data import Cifar10, DataError, load_cifar10, study_splits
@@ -57,6 +58,7 @@ __all__ = [
     "pgd",
     "pgd_search",
     "save_checkpoint",
+    "square_l2",
     "square_linf",
     "study_splits",
     "wilson_interval",

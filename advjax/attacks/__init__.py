@@ -1,5 +1,5 @@
-"""Pure attacks: FGSM, PGD (with first-break search and chunked runs), APGD, Square, their
-losses and the threat model's geometry.
+"""Pure attacks: FGSM, PGD (with first-break search and chunked runs), APGD, FAB, Square
+(L-inf and L2), their losses and the threat model's geometry.
 
 Every attack takes a pure `logits_fn(x) -> logits` and arrays, an explicit `key`, and works
 under `jit`, `vmap` and `grad`. Nothing here does I/O or imports the evaluation layer.
@@ -55,6 +55,7 @@ from advjax.attacks._square import (
     square_linf,
     square_sides,
 )
+from advjax.attacks._square_l2 import square_l2
 
 __all__ = [
     "apgd",
@@ -90,6 +91,7 @@ __all__ = [
     "projection_linf",
     "random_start",
     "restart_keys",
+    "square_l2",
     "square_linf",
     "square_sides",
     "SquareResult",

@@ -154,20 +154,66 @@ def _check_p_init(p_init) -> None:
         raise ValueError(f"p_init={p_init!r} must be a number in (0, 1]")
 
 
-def _initial_state(logits_fn, x, y, eps, init_keys, queries: int) -> _SquareState:
-    """Query the clean batch (query 1), then the stripes start of unbroken examples (query 2)."""
+def _initial_state(logits_fn, x, y, eps, init_keys, queries: int, start) -> _SquareState:
+    """Query the clean batch (query 1), then the start `start(key, x_i, eps)` of unbroken
+    examples (query 2)."""
     margin = margin_loss(logits_fn(x), y)
     queries_used = jnp.ones(y.shape, jnp.int32)
     state = _SquareState(jnp.zeros((), jnp.int32), x, margin, queries_used)
     if queries == 1:
         return state
-    x_init = jax.vmap(_stripes, in_axes=(0, 0, None))(init_keys, x, eps)
+    x_init = jax.vmap(start, in_axes=(0, 0, None))(init_keys, x, eps)
     margin_init = margin_loss(logits_fn(x_init), y)
     active = ~(margin < 0)
     return state._replace(
         x_best=jnp.where(active[:, None, None, None], x_init, x),
         margin=jnp.where(active, margin_init, margin),
         queries_used=queries_used + active.astype(jnp.int32),
+    )
+
+
+def random_search(
+    logits_fn: LogitsFn, x: Array, y: Array, eps: Array, keys: jax.Array, *, queries: int,
+    sides: Array, start, propose,
+) -> SquareResult:  # fmt: skip
+    """The Square attack's random search on checked inputs, shared by every norm.
+
+    Query 1 is the clean batch, query 2 `start(key, x_i, eps)` per unbroken example; each
+    further query is `propose(key, x_i, x_best_i, sides[t], eps)` per example, kept if the
+    margin loss decreases. Example i draws from `keys[i]` alone: the start on one half of
+    `split(keys[i])`, iteration t on `fold_in(other half, t)`.
+    """
+    init_keys, loop_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
+
+    def cond(state: _SquareState) -> Array:
+        return (state.step < queries - 2) & jnp.any(~(state.margin < 0))
+
+    def body(state: _SquareState) -> _SquareState:
+        step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(loop_keys, state.step)
+        x_new = jax.vmap(propose, in_axes=(0, 0, 0, None, None))(
+            step_keys, x, state.x_best, sides[state.step], eps
+        )
+        margin_new = margin_loss(logits_fn(x_new), y)
+        active = ~(state.margin < 0)
+        improved = active & (margin_new < state.margin)
+        return _SquareState(
+            step=state.step + 1,
+            x_best=jnp.where(improved[:, None, None, None], x_new, state.x_best),
+            margin=jnp.where(improved, margin_new, state.margin),
+            queries_used=state.queries_used + active.astype(jnp.int32),
+        )
+
+    state = lax.while_loop(
+        cond, body, _initial_state(logits_fn, x, y, eps, init_keys, queries, start)
+    )
+    success = state.margin < 0
+    chex.assert_equal_shape((state.x_best, x))
+    return SquareResult(
+        x_adv=state.x_best,
+        queries_used=state.queries_used,
+        success=success,
+        budget_exhausted=~success & (state.queries_used >= queries),
+        loss=state.margin,
     )
 
 
@@ -231,32 +277,7 @@ def square_linf(
     eps = jnp.asarray(eps, x.dtype)
     height, width = x.shape[1:3]
     sides = jnp.asarray(square_sides(p_init, queries, height, width))
-    init_keys, loop_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
-
-    def cond(state: _SquareState) -> Array:
-        return (state.step < queries - 2) & jnp.any(~(state.margin < 0))
-
-    def body(state: _SquareState) -> _SquareState:
-        step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(loop_keys, state.step)
-        propose = jax.vmap(_linf_proposal, in_axes=(0, 0, 0, None, None))
-        x_new = propose(step_keys, x, state.x_best, sides[state.step], eps)
-        margin_new = margin_loss(logits_fn(x_new), y)
-        active = ~(state.margin < 0)
-        improved = active & (margin_new < state.margin)
-        return _SquareState(
-            step=state.step + 1,
-            x_best=jnp.where(improved[:, None, None, None], x_new, state.x_best),
-            margin=jnp.where(improved, margin_new, state.margin),
-            queries_used=state.queries_used + active.astype(jnp.int32),
-        )
-
-    state = lax.while_loop(cond, body, _initial_state(logits_fn, x, y, eps, init_keys, queries))
-    success = state.margin < 0
-    chex.assert_equal_shape((state.x_best, x))
-    return SquareResult(
-        x_adv=state.x_best,
-        queries_used=state.queries_used,
-        success=success,
-        budget_exhausted=~success & (state.queries_used >= queries),
-        loss=state.margin,
-    )
+    return random_search(
+        logits_fn, x, y, eps, keys, queries=queries, sides=sides, start=_stripes,
+        propose=_linf_proposal,
+    )  # fmt: skip

@@ -39,7 +39,7 @@ class Member:
       restarts: random restarts (per target for the targeted members).
       steps: iterations per run (APGD, FAB).
       targets: target classes of APGD-T / FAB-T (ranks 2 .. targets + 1 of the clean logits).
-      queries: model queries per restart of Square.
+      queries: model queries per restart of Square (L-inf or L2).
       p_init: Square's initial share of pixels in a square (AutoAttack's 0.8).
       eot: gradient draws averaged per step (expectation over transformation), for a random
         `logits_fn(x, key)`; 1 for a deterministic model.
@@ -123,23 +123,20 @@ class AutoAttackResult(NamedTuple):
 
 
 def resolve_members(version: str, members: Sequence[Member] | None, norm: str) -> tuple:
-    """The member list of a version (or the custom list); Square needs norm="linf"."""
+    """The member list of a version (or the custom list), the same for norm="linf" and "l2"
+    (Square runs as `square_linf` or `square_l2`)."""
     if members is None:
         if version not in VERSIONS:
             raise ValueError(
                 f"version={version!r} must be one of {tuple(VERSIONS)} or pass members"
             )
         members = VERSIONS[version]
-        if norm == "l2":
-            members = tuple(m for m in members if m.method != "square")
     members = tuple(members)
     if not members:
         raise ValueError("members must name at least one member")
     methods = [m.method for m in members]
     if len(set(methods)) != len(methods):
         raise ValueError(f"members must use distinct methods, got {methods}")
-    if norm == "l2" and any(m.method == "square" for m in members):
-        raise ValueError("Square is implemented for norm='linf' only")
     return members
 
 
@@ -196,7 +193,8 @@ def autoattack(
       y: integer labels in [0, classes).
       eps: the budget in input units: in [0, 1] for "linf", finite >= 0 for "l2".
       key: a PRNG key; case i uses fold_in(key, i), so same key, same numbers.
-      norm: "linf" or "l2" (Square runs for "linf" only).
+      norm: "linf" or "l2" (every member runs in both; Square as `square_linf` or
+        `square_l2`).
       version: "standard" (APGD-CE, APGD-T, FAB-T, Square), "plus" (with restarts and the
         untargeted APGD-DLR and FAB) or "rand" (APGD-CE, APGD-DLR with 20-draw EOT, for a
         random `logits_fn(x, key)`; a case's verdict is the mean of 20 fresh draws).

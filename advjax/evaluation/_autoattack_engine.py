@@ -17,6 +17,7 @@ from advjax.attacks._apgd import apgd, apgd_with_loss
 from advjax.attacks._fab import fab
 from advjax.attacks._losses import per_example_cross_entropy, per_example_targeted_dlr
 from advjax.attacks._square import square_linf
+from advjax.attacks._square_l2 import square_l2
 from advjax.evaluation._early_stop import _batches
 
 JUDGE_DRAWS = 20  # a random model's verdict: the mean logits over this many fresh draws
@@ -85,9 +86,8 @@ def make_run(logits_fn, member, *, norm: str, random_model: bool) -> Callable:
             ).x_adv  # fmt: skip
             spent = 2 * member.steps + 1
         else:
-            r = square_linf(
-                craft, x, y, eps, key=run_keys, queries=member.queries, p_init=member.p_init
-            )
+            square = square_linf if norm == "linf" else square_l2
+            r = square(craft, x, y, eps, key=run_keys, queries=member.queries, p_init=member.p_init)
             x_adv, spent = r.x_adv, r.queries_used
         logits = judge(x_adv)
         queries = jnp.broadcast_to(jnp.asarray(spent, jnp.int32), y.shape)
