@@ -8,6 +8,7 @@ files) and skip the tests that use them otherwise.
 """
 
 import os
+import tempfile
 from typing import Callable, NamedTuple
 
 import jax
@@ -19,6 +20,11 @@ from advjax import backend
 
 backend.configure()  # the suite runs with the XLA CPU settings the entry points use
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# One compilation cache per run, empty at its start: identical programs that tests build
+# from fresh closures compile once.
+jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="advjax-tests-xla-"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 from advjax.data import DATA_DIR_ENV, Cifar10, load_cifar10, stratified_indices  # noqa: E402
 from advjax.evaluation import ROBUST_STATUSES, CaseRecord  # noqa: E402
