@@ -245,3 +245,20 @@ def test_targets_one_call_at_a_time_equal_one_call_over_all():
         broken[rest] = np.asarray(part.broken)
     np.testing.assert_array_equal(broken, np.asarray(whole.broken))
     np.testing.assert_allclose(dist, np.asarray(whole.distance), rtol=1e-5)
+
+
+def test_the_numpy_sort_on_cpu_gives_the_projections_exactly_what_jnp_argsort_gives(monkeypatch):
+    """FAB's projections sort by NumPy on the CPU (XLA's CPU sort is much slower): the same
+    indices as the stable jnp.argsort, ties at the box bounds included, so the same steps."""
+    from advjax.attacks import _fab
+
+    keys = jax.random.split(jax.random.key(0), 3)
+    t = jnp.clip(jax.random.uniform(keys[0], (6, 48), minval=-0.3, maxval=1.3), 0.0, 1.0)
+    w = jax.random.normal(keys[1], (6, 48)) * (jax.random.uniform(keys[2], (6, 48)) > 0.2)
+    b = jnp.linspace(-2.0, 2.0, 6)
+    for projection in (_fab.projection_linf, _fab.projection_l2):
+        host = jax.jit(jax.vmap(projection))(t, w, b)
+        with monkeypatch.context() as m:
+            m.setattr(_fab, "argsort", lambda a: jnp.argsort(a, axis=-1))
+            device = jax.jit(jax.vmap(projection))(t, w, b)
+        np.testing.assert_array_equal(np.asarray(host), np.asarray(device))
