@@ -232,6 +232,7 @@ def test_autoattack_l2_versions_include_square():
     assert advjax.square_l2 is square_l2
 
 
+@pytest.mark.slow
 def test_autoattack_l2_standard_lists_square_and_runs_end_to_end():
     """The standard L2 version (full budgets) on a few cases of the linear model: Square
     is its fourth member, every case stays in the L2 ball and the named checks pass."""

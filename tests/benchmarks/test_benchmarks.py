@@ -116,6 +116,7 @@ def test_summaries_ratio_and_table(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["speed.json", "speed.md"]
 
 
+@pytest.mark.slow
 def test_attack_strategies_compare_equal_decisions_on_a_linear_model():
     """Early stop vs every step, and vmapped vs looped restarts and eps, decide every case
     alike (the benchmark reports it; here on a tiny linear model, no timing asserted)."""

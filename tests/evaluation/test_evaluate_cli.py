@@ -6,7 +6,7 @@ import os
 import pytest
 
 from advjax.evaluate import main
-from advjax.io import read_records
+from advjax.io import read_records, record_file
 
 needs_data = pytest.mark.skipif(
     not os.environ.get("ADVJAX_DATA_DIR"), reason="needs ADVJAX_DATA_DIR"
@@ -26,7 +26,7 @@ def test_a_model_factory_is_evaluated_into_records_summary_report_and_gate(tmp_p
     assert out.startswith("Threat model"), "the threat model is printed first"
     assert "apgd-ce target 0 restart 0" in out
     assert code == 0, out
-    records = read_records(tmp_path / "run" / "records.jsonl")
+    records = read_records(record_file(tmp_path / "run"))
     derived = [r for r in records if r.attack == "autoattack"]
     assert sorted(r.case_id for r in derived) == sorted({r.case_id for r in records})
     assert len(derived) == 30
@@ -38,7 +38,7 @@ def test_a_model_factory_is_evaluated_into_records_summary_report_and_gate(tmp_p
     assert (tmp_path / "run" / "report.html").stat().st_size < 2_000_000
     before = len(records)
     assert main(argv) == 0
-    assert len(read_records(tmp_path / "run" / "records.jsonl")) == before, "a rerun adds nothing"
+    assert len(read_records(record_file(tmp_path / "run"))) == before, "a rerun adds nothing"
 
 
 @needs_data

@@ -90,6 +90,7 @@ def test_every_command_refuses_a_locked_folder_with_exit_2_and_writes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module",
     [
