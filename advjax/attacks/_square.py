@@ -154,6 +154,21 @@ def _check_p_init(p_init) -> None:
         raise ValueError(f"p_init={p_init!r} must be a number in (0, 1]")
 
 
+def checked_search_inputs(logits_fn, x, y, eps, key, queries: int, p_init: float):
+    """(x, y, eps, per-example keys) of a Square attack, every argument but eps checked
+    (its range depends on the norm) before any work."""
+    _check_positive_int("queries", queries)
+    _check_p_init(p_init)
+    check_key(key)
+    x, y = _check_inputs(x, y)
+    if x.ndim != 4:
+        raise ValueError(f"x must be a batch of NHWC images, got {x.shape=}")
+    keys = _example_keys(key, y.shape[0])
+    check_labels(logits_fn, x, y)
+    check_finite_logits(logits_fn, x)
+    return x, y, jnp.asarray(eps, x.dtype), keys
+
+
 def _initial_state(logits_fn, x, y, eps, init_keys, queries: int, start) -> _SquareState:
     """Query the clean batch (query 1), then the start `start(key, x_i, eps)` of unbroken
     examples (query 2)."""
@@ -265,16 +280,7 @@ def square_linf(
     black-box adversarial attack via random search", ECCV 2020.
     """
     check_eps(eps)
-    _check_positive_int("queries", queries)
-    _check_p_init(p_init)
-    check_key(key)
-    x, y = _check_inputs(x, y)
-    if x.ndim != 4:
-        raise ValueError(f"x must be a batch of NHWC images, got {x.shape=}")
-    keys = _example_keys(key, y.shape[0])
-    check_labels(logits_fn, x, y)
-    check_finite_logits(logits_fn, x)
-    eps = jnp.asarray(eps, x.dtype)
+    x, y, eps, keys = checked_search_inputs(logits_fn, x, y, eps, key, queries, p_init)
     height, width = x.shape[1:3]
     sides = jnp.asarray(square_sides(p_init, queries, height, width))
     return random_search(

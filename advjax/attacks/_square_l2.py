@@ -18,18 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax.attacks._checks import (
-    _check_inputs,
-    _check_positive_int,
     check_budget,
-    check_finite_logits,
-    check_key,
-    check_labels,
 )
 from advjax.attacks._square import (
     SquareResult,
-    _check_p_init,
-    _example_keys,
     _square_window,
+    checked_search_inputs,
     p_schedule,
     random_search,
 )
@@ -206,16 +200,7 @@ def square_l2(
     black-box adversarial attack via random search", ECCV 2020.
     """
     check_budget(eps, "l2")
-    _check_positive_int("queries", queries)
-    _check_p_init(p_init)
-    check_key(key)
-    x, y = _check_inputs(x, y)
-    if x.ndim != 4:
-        raise ValueError(f"x must be a batch of NHWC images, got {x.shape=}")
-    keys = _example_keys(key, y.shape[0])
-    check_labels(logits_fn, x, y)
-    check_finite_logits(logits_fn, x)
-    eps = jnp.asarray(eps, x.dtype)
+    x, y, eps, keys = checked_search_inputs(logits_fn, x, y, eps, key, queries, p_init)
     height, width = x.shape[1:3]
     sides = square_sides_l2(p_init, queries, height, width)
     return random_search(
