@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.cifar_robustness import plots
-from experiments.cifar_robustness.tradeoff import ensemble_rate, tradeoff_figure
+from experiments.cifar_robustness.tradeoff import ensemble_rate, strong_name, tradeoff_figure
 
 ATTACK_NAMES = {"fgsm": "FGSM", "pgd": "PGD"}
 ATTACK_STYLES = {"fgsm": "o--", "pgd": "s-"}
@@ -69,7 +69,7 @@ def _budget_figure(results: dict, what: str, xlabel: str, path) -> None:
     by_model = len(models) > SERIES_BY_MODEL
     panels = {}
     for name, m in models.items():
-        for eps, curves in m["budget_curves"].items():
+        for i, (eps, curves) in enumerate(m["budget_curves"].items()):
             curve = curves[what]
             if not curve:
                 continue
@@ -80,9 +80,7 @@ def _budget_figure(results: dict, what: str, xlabel: str, path) -> None:
                     "x": list(range(start, start + len(curve))),
                     "y": [100 * r["value"] for r in curve],
                     "colour": plots.model_colour(name),
-                    "style": {0: "-", 1: "--"}.get(list(m["budget_curves"]).index(eps), ":")
-                    if by_model
-                    else "-",
+                    "style": ("-", "--", ":")[min(i, 2)] if by_model else "-",
                     "label": f"eps {eps}/255" if by_model else name,
                 }
             )
@@ -100,18 +98,17 @@ def _clean_vs_robust(results: dict, strong: dict | None, top: str, path) -> None
     models = results["models"]
     eps = float(top) / 255
     kinds = {"clean": [], f"FGSM {top}/255": [], f"PGD-20 {top}/255": []}
-    autoattack = [ensemble_rate(strong, name, eps) for name in models]
-    strongest_name = f"{strong_name(strong)} {top}/255" if any(autoattack) else None
+    strong_rates = [ensemble_rate(strong, name, eps) for name in models]
+    strongest_name = f"{strong_name(strong)} {top}/255" if any(strong_rates) else None
     if strongest_name:
         kinds[strongest_name] = []
-    for name, m in models.items():
+    for (name, m), strong_rate in zip(models.items(), strong_rates):
         kinds["clean"].append(_triple(m["clean_accuracy"]))
         kinds[f"FGSM {top}/255"].append(_triple(m["attacks"]["fgsm"][top]["robust_accuracy"]))
         pgd = m["attacks"]["pgd"][top]["robust_accuracy"]
         kinds[f"PGD-20 {top}/255"].append(_triple(pgd))
         if strongest_name:
-            rate = ensemble_rate(strong, name, eps) or pgd
-            kinds[strongest_name].append(_triple(rate))
+            kinds[strongest_name].append(_triple(strong_rate or pgd))
     plots.dot_plot(
         [(name, plots.model_colour(name)) for name in models],
         kinds,
@@ -119,14 +116,6 @@ def _clean_vs_robust(results: dict, strong: dict | None, top: str, path) -> None
         xlabel="accuracy on the evaluation subset (%)",
         path=path,
     )
-
-
-def strong_name(strong: dict | None) -> str:
-    """What the strong evaluation's summary ran: AutoAttack or the study's ensemble."""
-    if not strong:
-        return "none"
-    attacks = {g["attack"] for g in strong["aggregates"]}
-    return "AutoAttack" if "autoattack" in attacks else "ensemble"
 
 
 def _per_class(results: dict, class_names, eps: str, path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from advjax.evaluation import format_rate
 from advjax.io import atomic_write_text
+from experiments.cifar_robustness.tradeoff import ensemble_rate, strong_name
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
@@ -64,6 +65,15 @@ def _link(r: dict, anchor: str) -> str:
     return f'<a href="#{anchor}">{_e(format_rate(r))}</a>'
 
 
+def _verdict(passed: bool) -> str:
+    return f'<span class="{"pass" if passed else "fail"}">{"pass" if passed else "FAIL"}</span>'
+
+
+def _reasons_table(reasons: list[dict]) -> str:
+    rows = [[_verdict(r["passed"]), _e(r["rule"]), _e(r["detail"])] for r in reasons]
+    return _table(["result", "rule", "evidence"], rows)
+
+
 def gate_section(results: dict) -> str:
     """The gate's verdict, the model it judged and up to `MAX_FAILED_SHOWN` failed rules."""
     gate = results["gate"]
@@ -71,28 +81,13 @@ def gate_section(results: dict) -> str:
     failed = [r for r in gate["reasons"] if not r["passed"]]
     models = ", ".join(gate.get("policy", {}).get("models", [])) or "every model"
 
-    def rows(reasons):
-        return [
-            [
-                f'<span class="{"pass" if r["passed"] else "fail"}">'
-                f"{'pass' if r['passed'] else 'FAIL'}</span>",
-                _e(r["rule"]),
-                _e(r["detail"]),
-            ]
-            for r in reasons
-        ]
-
     more = len(failed) - MAX_FAILED_SHOWN
     css = {"ALLOW": "allow"}.get(verdict, "hold")
     return (
         f'<div id="gate-decision" class="{css}"><h2>Release gate: {verdict} ({_e(models)})</h2>'
         f"<p>{len(gate['reasons']) - len(failed)} of {len(gate['reasons'])} conditions of the "
         f"policy declared before the run passed.</p>"
-        + (
-            _table(["result", "rule", "evidence"], rows(failed[:MAX_FAILED_SHOWN]))
-            if failed
-            else ""
-        )
+        + (_reasons_table(failed[:MAX_FAILED_SHOWN]) if failed else "")
         + (f"<p>and {more} more failed conditions (below).</p>" if more > 0 else "")
         + "</div>"
     )
@@ -100,16 +95,14 @@ def gate_section(results: dict) -> str:
 
 def strongest(results: dict, strong: dict | None, name: str, eps: str) -> tuple[str, dict]:
     """(attack name, robust-accuracy rate) of the attack that left model `name` the fewest
-    robust cases at `eps` (/255): FGSM, PGD-20 or the strong evaluation where it ran."""
-    from experiments.cifar_robustness.figures import strong_name
-    from experiments.cifar_robustness.tradeoff import ensemble_rate
-
+    robust cases at `eps` (/255): FGSM, PGD-20 or the strong evaluation where it ran (the
+    first of them on a tie)."""
     attacks = results["models"][name]["attacks"]
     options = [(ATTACK_NAMES[a], per_eps[eps]["robust_accuracy"]) for a, per_eps in attacks.items()]
     rate = ensemble_rate(strong, name, float(eps) / 255)
     if rate:
         options.append((strong_name(strong), rate))
-    return min(options, key=lambda o: (o[1]["count"], -len(options)))
+    return min(options, key=lambda o: o[1]["count"])
 
 
 def _compact(rate: dict) -> str:
@@ -197,12 +190,7 @@ def counts_table(results: dict) -> str:
 
 def checks_table(results: dict) -> str:
     rows = [
-        [
-            f'<span class="{"pass" if c["passed"] else "fail"}">{"pass" if c["passed"] else "FAIL"}'
-            f"</span>",
-            _e(c["name"]),
-            _e(c["evidence"]),
-        ]
+        [_verdict(c["passed"]), _e(c["name"]), _e(c["evidence"])]
         for c in sorted(results["checks"], key=lambda c: c["passed"])
     ]
     return _table(["result", "check", "evidence"], rows, "checks-table")
@@ -224,12 +212,11 @@ def _section(title: str, content: str, section_id: str = "") -> str:
     return f"<details{attr}><summary>{_e(title)}</summary>{content}</details>"
 
 
-def render(results: dict, out: Path, markdown_sections: dict[str, str]) -> str:
-    """The page's HTML text."""
-    from experiments.cifar_robustness.tradeoff import load_strong
-
+def render(
+    results: dict, out: Path, markdown_sections: dict[str, str], strong: dict | None = None
+) -> str:
+    """The page's HTML text; `strong` is the strong evaluation's summary, where it ran."""
     env = results["environment"]
-    strong = load_strong(out)
     n_checks = len(results["checks"])
     n_failed = sum(not c["passed"] for c in results["checks"])
     body = [
@@ -252,18 +239,7 @@ def render(results: dict, out: Path, markdown_sections: dict[str, str]) -> str:
         ),
         _section(
             "Every gate condition",
-            _table(
-                ["result", "rule", "evidence"],
-                [
-                    [
-                        f'<span class="{"pass" if r["passed"] else "fail"}">'
-                        f"{'pass' if r['passed'] else 'FAIL'}</span>",
-                        _e(r["rule"]),
-                        _e(r["detail"]),
-                    ]
-                    for r in results["gate"]["reasons"]
-                ],
-            )
+            _reasons_table(results["gate"]["reasons"])
             + f"<p>policy sha256 {_e(results['gate']['policy_sha256'])}</p>",
         ),
         _section(
@@ -290,7 +266,9 @@ def render(results: dict, out: Path, markdown_sections: dict[str, str]) -> str:
     )
 
 
-def write_html_report(results: dict, out, markdown_sections: dict[str, str]) -> Path:
+def write_html_report(
+    results: dict, out, markdown_sections: dict[str, str], strong: dict | None = None
+) -> Path:
     """Write out/report.html (atomically) and return its path."""
     out = Path(out)
-    return atomic_write_text(out / "report.html", render(results, out, markdown_sections))
+    return atomic_write_text(out / "report.html", render(results, out, markdown_sections, strong))

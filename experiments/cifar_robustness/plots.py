@@ -153,6 +153,12 @@ Series = dict
 """One line: {"x": [...], "y": [...], "colour": ..., "style": "o-", "label": ...}."""
 
 
+def _grey_key(line: Line2D) -> Line2D:
+    """A legend key with `line`'s style in grey, for a label drawn in several colours."""
+    return Line2D([], [], ls=line.get_linestyle(), marker=line.get_marker(),
+                  ms=line.get_markersize(), color="#555555")  # fmt: skip
+
+
 def line_panels(
     panels: dict[str, list[Series]],
     *,
@@ -167,24 +173,21 @@ def line_panels(
     `markers[panel]` are unjoined reference points (drawn as crosses).
     """
     fig, axes = _grid(len(panels))
-    handles, labels, colours = [], [], {}
+    keys: dict[str, tuple[Line2D, set]] = {}  # label -> (its first line, its colours)
     for ax, (name, series) in zip(axes, panels.items()):
         if len(series) > MAX_SERIES:
             raise ValueError(f"panel {name!r} has {len(series)} series; at most {MAX_SERIES}")
         for s in series:
             style = s.get("style") or ("o-" if len(s["x"]) < 30 else "-")
             (line,) = ax.plot(s["x"], s["y"], style, color=s["colour"], label=s["label"], ms=4)
-            colours.setdefault(s["label"], set()).add(s["colour"])
-            if len(colours[s["label"]]) > 1:  # one label in many colours: a grey key
-                (line,) = ax.plot([], [], style, color="#555555", ms=4)
-                handles = [line if lab == s["label"] else h for h, lab in zip(handles, labels)]
-            handles.append(line), labels.append(s["label"])
+            keys.setdefault(s["label"], (line, set()))[1].add(s["colour"])
         for s in (markers or {}).get(name, []):
-            (point,) = ax.plot(s["x"], s["y"], "x", color=s["colour"], ms=8, mew=2)
-            handles.append(Line2D([], [], ls="", marker="x", color="black", ms=8, mew=2))
-            labels.append(s["label"])
+            ax.plot(s["x"], s["y"], "x", color=s["colour"], ms=8, mew=2)
+            black = Line2D([], [], ls="", marker="x", color="black", ms=8, mew=2)
+            keys.setdefault(s["label"], (black, {"black"}))
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
+    handles = [_grey_key(line) if len(colours) > 1 else line for line, colours in keys.values()]
     ncols = axes[0].get_subplotspec().get_gridspec().ncols
     for i, ax in enumerate(axes):
         if i >= len(axes) - ncols:
@@ -193,7 +196,7 @@ def line_panels(
             ax.set_ylabel(ylabel, fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    _legend_below(fig, handles, labels)
+    _legend_below(fig, handles, list(keys))
     save_figure(fig, path)
 
 

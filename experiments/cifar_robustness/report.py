@@ -202,4 +202,5 @@ def write_report(results: dict, out) -> None:
             "Attack budget curves and transfer attack": evidence_table(results),
             "Worst class": worst_class_table(results),
         },
+        strong,
     )

@@ -34,6 +34,14 @@ def ensemble_rate(strong: dict | None, model: str, eps: float) -> dict | None:
     return group["robust_accuracy"] if group else None
 
 
+def strong_name(strong: dict | None) -> str:
+    """What the strong evaluation's summary ran: AutoAttack or the study's ensemble."""
+    if not strong:
+        return "none"
+    attacks = {g["attack"] for g in strong["aggregates"]}
+    return "AutoAttack" if "autoattack" in attacks else "ensemble"
+
+
 def _top(results: dict) -> str:
     return max(next(iter(results["models"].values()))["attacks"]["pgd"], key=float)
 
