@@ -10,7 +10,7 @@ study's evaluation cases:
 - L2, eps 0.25 and 0.5 (Euclidean norm over the 3,072 pixel values in [0, 1]): the fast
   gradient method (one L2 step) and PGD-L2 (normalised-gradient steps of eps/4).
 
-Writes <out>/{linf,l2}/records.jsonl and summary.json, and <out>/tables.md; resumes.
+Writes <out>/{linf,l2}/records.jsonl.gz and summary.json, and <out>/tables.md; resumes.
 --repair-records repairs both record files (duplicated lines) and exits; one run writes a
 folder at a time.
 """
@@ -133,10 +133,11 @@ def l2_checks(groups, names, eps: tuple[float, ...]) -> list[Check]:
 
 def run_part(out: Path, tm: ThreatModel, specs, names, study, study_dir, x, y, progress) -> list:
     log = RecordLog(record_file(out))
+    written = 0
     for name in names:
         logits_fn, mhash = load_logits_fn(study_dir / "checkpoints" / f"{name}.msgpack")
         for spec in specs:
-            run_attack(
+            written += run_attack(
                 log,
                 threat_model=tm,
                 spec=spec,
@@ -150,6 +151,10 @@ def run_part(out: Path, tm: ThreatModel, specs, names, study, study_dir, x, y, p
                 show_progress=progress,
             )
     records = [r for r in log.read() if r.model in names]
+    print(
+        f"{log.path}: {len(records):,} records of {len(names)} models, "
+        f"{len(records) - written:,} reused and {written:,} computed now"
+    )
     return aggregate_records(records, num_classes=10)
 
 

@@ -4,11 +4,13 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
+from conftest import case_record
 
 from advjax import gate
 from advjax.evaluation import ThreatModel, aggregate_records, find_group, read_run_summary
-from advjax.io import read_records, record_file
+from advjax.io import RecordLog, read_records, record_file
 from experiments.cifar_robustness import attack_variants, replay, strong_evaluation
 from experiments.cifar_robustness import main as cifar_robustness
 from experiments.cifar_robustness.config import profile
@@ -308,6 +310,29 @@ def test_strong_evaluation_and_attack_variants_run_on_a_study_and_write_checked_
     assert max(r.l2 for r in records) <= 0.5 + 1e-5
     assert len(records) == len(models) * 2 * 2 * len(results["data"]["eval_indices"])
     assert (tmp_path / "variants" / "tables.md").read_text().count("pgd_l2") >= 1
+
+
+def test_attack_variants_says_it_reused_a_folders_records_of_its_models(
+    tmp_path, monkeypatch, capsys
+):
+    """A part whose record file already holds every case of its models reports them all
+    reused and none computed, counting only those models' records (a study's folder may hold
+    another study's)."""
+    log = RecordLog(tmp_path / "linf" / "records.jsonl.gz")
+    log.append(
+        [case_record(i, model=m, attack="pgd_margin") for m in ("a", "b") for i in range(3)]
+        + [case_record(0, model="other", attack="pgd_margin")]
+    )
+    monkeypatch.setattr(attack_variants, "load_logits_fn", lambda path: (None, "mh"))
+    monkeypatch.setattr(attack_variants, "run_attack", lambda log, **kwargs: 0)
+    tm = ThreatModel(eps=(8 / 255,), steps=2, restarts=1)
+    specs = attack_variants.linf_specs(2, 1, 10)
+    study = {"config": {"seed": 0}}
+    groups = attack_variants.run_part(
+        tmp_path / "linf", tm, specs, ["a", "b"], study, tmp_path, None, np.zeros(3), False
+    )
+    assert "6 records of 2 models, 6 reused and 0 computed now" in capsys.readouterr().out
+    assert sorted({g["model"] for g in groups}) == ["a", "b"]
 
 
 def test_a_fine_tuned_model_is_retrained_when_its_parent_changes():
