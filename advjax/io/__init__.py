@@ -4,6 +4,7 @@ checkpoints, progress, and the provenance of a result."""
 from advjax.io._atomic import (
     atomic_write_bytes,
     atomic_write_json,
+    atomic_write_lines,
     atomic_write_npz,
     atomic_write_text,
 )
@@ -27,6 +28,9 @@ from advjax.io._provenance import (
     environment,
     git_state,
 )
+from advjax.io._record_codec import (
+    read_lines,
+)
 from advjax.io._record_log import (
     RecordError,
     RecordLog,
@@ -39,6 +43,7 @@ from advjax.io._record_log import (
 __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
+    "atomic_write_lines",
     "atomic_write_npz",
     "atomic_write_text",
     "CheckpointError",
@@ -51,6 +56,7 @@ __all__ = [
     "OutputLock",
     "Progress",
     "read_checkpoint",
+    "read_lines",
     "read_records",
     "record_file",
     "RecordError",

@@ -10,10 +10,13 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from advjax.io._record_codec import encode
 
 TEMPORARY_SUFFIX = ".tmp"
 _TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(TEMPORARY_SUFFIX))
@@ -51,6 +54,20 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """UTF-8 text version of `atomic_write_bytes`."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_lines(path: str | os.PathLike, lines: Iterable[str]) -> Path:
+    """Write text lines, each followed by a newline, atomically; gzip when `path` ends in `.gz`.
+
+    A `.gz` file is one gzip member with mtime 0, as `RecordLog` writes each append, so
+    `read_lines`, `read_records` and `RecordLog` all read it, and the same lines give the
+    same bytes.
+
+    Example:
+      >>> atomic_write_lines("out/records.jsonl.gz", (json.dumps(r) for r in rows))
+    """
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    return atomic_write_bytes(path, encode(path, data))
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:

@@ -23,6 +23,22 @@ def encode(path: str | os.PathLike, lines: bytes) -> bytes:
     return gzip.compress(lines, compresslevel=6, mtime=0) if is_gzip(path) and lines else lines
 
 
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a text file written whole (`atomic_write_lines`), without their newlines;
+    gunzipped when its name ends in `.gz`.
+
+    Raises:
+      FileNotFoundError: no such file.
+      EOFError, gzip.BadGzipFile: a `.gz` file cut short or damaged.
+
+    Example:
+      >>> rows = [json.loads(line) for line in read_lines("out/records.jsonl.gz")]
+    """
+    data = Path(path).read_bytes()
+    lines = (gzip.decompress(data) if is_gzip(path) else data).decode("utf-8").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
 def complete_prefix(path: str | os.PathLike, data: bytes) -> tuple[bytes, int]:
     """(complete lines, file offset where they end) of a record file's bytes `data`.
 

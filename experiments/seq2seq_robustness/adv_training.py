@@ -10,7 +10,7 @@ extra training) or "<attack>-<alpha>" ((1 - alpha) NLL(x) + alpha NLL(x_adv), x_
 on the fly among the top-3 first-order candidates, see `advjax.text.translate`).
 Every model is then scored on clean test BLEU / chrF and attacked with the unconstrained
 and CharSwap attacks (exact re-scoring of the top 5); results go to
-<out>/adv_training/{results.json,tables.md,records.jsonl,run.json}.
+<out>/adv_training/{results.json,tables.md,records.jsonl.gz,run.json}.
 
 With `--from-scratch` (the paper's protocol) each adversarial objective instead trains a
 fresh model with the clean model's full recipe (all pairs, its epochs and seed), and the
@@ -29,7 +29,14 @@ import jax
 import jax.numpy as jnp
 
 from advjax import backend
-from advjax.io import atomic_write_json, atomic_write_text, environment
+from advjax.io import (
+    atomic_write_json,
+    atomic_write_lines,
+    atomic_write_text,
+    environment,
+    read_lines,
+    record_file,
+)
 from advjax.text.data import load_parallel, resolve_multi30k_dir
 from advjax.text.translate import fit, make_adv_train_step, word_mask
 from experiments.seq2seq_robustness.attacks import attack_model, summarize_records
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
                "from_scratch_epochs": tune.epochs if args.from_scratch else None, "n_attack": args.n_attack,
                "train_size": n, "step_cost": step_cost(base, tune, train_ids, mask), "runs": {}}  # fmt: skip
     print(f"step cost (adversarial / NLL step): {results['step_cost']}", flush=True)
-    previous_path, records_path = folder / "results.json", folder / "records.jsonl"
+    previous_path, records_path = folder / "results.json", record_file(folder)
     previous = None
     if not args.force and previous_path.exists() and records_path.exists():
         previous = json.loads(previous_path.read_text())
@@ -135,8 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     kept = {f"{spec.name}/{run}" for run in results["runs"]}
     records = []
     if kept:
-        with open(records_path) as f:
-            records = [r for r in map(json.loads, f) if r.get("model") in kept]
+        records = [r for r in map(json.loads, read_lines(records_path)) if r.get("model") in kept]
         print(f"kept from {previous_path}: {sorted(results['runs'])}", flush=True)
     for run in [r for r in ["base", *runs] if r not in results["runs"]]:
         start = time.perf_counter()
@@ -172,9 +178,10 @@ def main(argv: list[str] | None = None) -> dict:
         r = results["runs"][run]
         print(f"{run}: BLEU {clean['bleu']:.2f} chrF {clean['chrf']:.2f} d_tgt uncon "
               f"{r['attacks']['unconstrained']['d_tgt']:.2f} charswap {r['attacks']['charswap']['d_tgt']:.2f}", flush=True)  # fmt: skip
-        atomic_write_text(  # after every run, records first: an interrupted run loses only itself
-            records_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        atomic_write_lines(  # after every run, records first: an interrupted run loses only itself
+            folder / "records.jsonl.gz", (json.dumps(r, ensure_ascii=False) for r in records)
         )
+        (folder / "records.jsonl").unlink(missing_ok=True)  # a plain file of an earlier run
         atomic_write_json(previous_path, results)
     atomic_write_text(folder / "tables.md", table(results))
     atomic_write_json(folder / "run.json", {

@@ -11,14 +11,15 @@ word-level by default, `--set units=bpe` selects the subword model, attacked by
 attacks the first `n_attack` test sentences with the unconstrained, kNN and CharSwap
 one-word substitutions, and writes into the output folder (default results/seq2seq/,
 quick: a temporary folder; models go to `--models-dir`, default OUT/models):
-records.jsonl (one record per case and setting), results.json (clean scores, attack
+records.jsonl.gz (one record per case and setting), results.json (clean scores, attack
 tables, timings), tables.md, figures/*.png and run.json (command, config, versions, git
 revision). Every table number is computed from the records.
 
 `--reuse DIR ...` names earlier run folders: a model that one of them attacked, the same trained
 model (same training history and time) under the same protocol, is not attacked again. Its
 records stay where they are and results.json names that file (`records`), except when the folder
-is the output folder itself (a resumed run), whose records are kept in the new records.jsonl.
+is the output folder itself (a resumed run), whose records are kept in the new records.jsonl.gz
+(a folder's plain records.jsonl is read where no records.jsonl.gz is there).
 One run writes a folder at a time: a second one is refused at once.
 """
 

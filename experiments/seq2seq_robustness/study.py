@@ -7,7 +7,14 @@ import sys
 import time
 from pathlib import Path
 
-from advjax.io import atomic_write_json, atomic_write_text, environment
+from advjax.io import (
+    atomic_write_json,
+    atomic_write_lines,
+    atomic_write_text,
+    environment,
+    read_lines,
+    record_file,
+)
 from advjax.text.data import load_parallel
 from advjax.text.translate import SETTINGS
 from experiments.seq2seq_robustness.attacks import attack_model, summarize_records
@@ -130,7 +137,9 @@ def find_reusable(
 ) -> tuple[Path, dict] | None:
     """The first run folder of `folders` whose results.json holds model `name` trained by the
     same run (same history and training time) and attacked under `config`'s protocol with
-    every setting of `config`; returns (the records file, its results entry), else None."""
+    every setting of `config`; returns (the records file, its results entry), else None.
+    The file is the folder's own record file, or the one the entry names (`records`): its
+    `.jsonl.gz`, or a plain `.jsonl` where only that exists."""
     for folder in map(Path, folders):
         path = folder / "results.json"
         if not path.is_file():
@@ -145,16 +154,17 @@ def find_reusable(
             or entry["train_seconds"] != train_seconds
         ):
             continue
-        return (folder / entry.get("records", "records.jsonl")).resolve(), entry
+        named = folder / entry.get("records", "records.jsonl.gz")
+        stem = named.name.removesuffix(".gz").removesuffix(".jsonl")
+        return record_file(named.parent, stem).resolve(), entry
     return None
 
 
 def read_model_records(path: Path, name: str, config: Config) -> list[dict]:
     """Model `name`'s records of `config.settings` in the records file `path`, checked to be
     complete: one per attacked sentence and setting."""
-    with open(path, encoding="utf-8") as f:
-        rows = (json.loads(line) for line in f)
-        records = [r for r in rows if r["model"] == name and r["attack"] in config.settings]
+    rows = map(json.loads, read_lines(path))
+    records = [r for r in rows if r["model"] == name and r["attack"] in config.settings]
     expected = config.n_attack * len(config.settings)
     if len(records) != expected:
         raise ValueError(f"{path} holds {len(records)} records of {name}, expected {expected}")
@@ -194,7 +204,7 @@ def run(
                 arch, lang, unit, entry["clean"], trained[0], trained[1], entry["attack_seconds"],
                 records, config,
             )  # fmt: skip
-            if path == (out / "records.jsonl").resolve():
+            if path.parent == out.resolve():  # the output folder's own record file
                 own_records += records
             else:
                 results["models"][spec.name]["records"] = os.path.relpath(path, out.resolve())
@@ -219,10 +229,10 @@ def run(
         results["models"][spec.name] = _model_results(
             arch, lang, unit, clean, model.history, meta, seconds, records, config
         )
-    atomic_write_text(
-        out / "records.jsonl",
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in own_records),
+    atomic_write_lines(
+        out / "records.jsonl.gz", (json.dumps(r, ensure_ascii=False) for r in own_records)
     )
+    (out / "records.jsonl").unlink(missing_ok=True)  # a plain file of an earlier run
     results["seconds"] = time.perf_counter() - start
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "tables.md", write_tables(results))

@@ -4,7 +4,7 @@ Trains a word-CNN on SST-2 (standard, and with valid-substitution augmentation a
 defense), evaluates it on SST-2 dev, AdvGLUE SST-2 dev and MR, attacks it with TextFooler-
 style word substitution and a held-out character-edit family under declared query / edited-
 word budgets and a declared validity rule, and writes into --out (default results/text,
-quick: a temporary folder): records.jsonl (one line per case at the largest caps),
+quick: a temporary folder): records.jsonl.gz (one line per case at the largest caps),
 results.json, tables.md, budget_curves.png, summary.json (for `python -m advjax.gate`),
 gate.txt and provenance.json. One run writes a folder at a time: a second one is refused
 at once.

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from advjax.evaluation import decide, format_decision, format_rate, load_policy, rate
-from advjax.io import atomic_write_json, atomic_write_text, environment
+from advjax.io import atomic_write_json, atomic_write_lines, atomic_write_text, environment
 from advjax.text import ValidityRule
 from advjax.text.classify import predict_logits
 from experiments.cifar_robustness.plots import save_figure
@@ -78,7 +78,8 @@ def run(config, out: Path, *, text_dir=None, show_progress=True, command="", pol
         [recs for _, recs in point_data], config, rule_text, checks, extra={"command": command}
     )
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "records.jsonl", "".join(r.to_json() + "\n" for r in records))
+    atomic_write_lines(out / "records.jsonl.gz", (r.to_json() for r in records))
+    (out / "records.jsonl").unlink(missing_ok=True)  # a plain file of an earlier run
     atomic_write_json(out / "summary.json", summary)
     policy_parsed, policy_hash = load_policy(policy)
     decision = decide(policy_parsed, summary)

@@ -107,3 +107,30 @@ def test_atomic_writes_are_readable_by_the_group_like_any_new_file(tmp_path):
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_written_lines_round_trip_as_gzip_or_plain_and_a_legacy_plain_file_reads(tmp_path):
+    """`atomic_write_lines` writes gzip for a `.gz` name (one member, the same bytes for the
+    same lines, readable as a record log) and plain text otherwise; `read_lines` gives the
+    lines back from either, a legacy plain file without a last newline included."""
+    import gzip
+
+    from conftest import case_record
+
+    from advjax.io import atomic_write_lines, read_lines, read_records
+
+    lines = [json.dumps({"src": "ça\u2028va", "i": i}, ensure_ascii=False) for i in range(3)]
+    packed = atomic_write_lines(tmp_path / "records.jsonl.gz", lines)
+    assert packed.read_bytes()[:2] == b"\x1f\x8b" and read_lines(packed) == lines
+    first = packed.read_bytes()
+    assert atomic_write_lines(packed, lines).read_bytes() == first  # mtime 0
+    assert gzip.decompress(first) == "".join(x + "\n" for x in lines).encode()
+    plain = atomic_write_lines(tmp_path / "records.jsonl", lines)
+    assert plain.read_text(encoding="utf-8") == "".join(x + "\n" for x in lines)
+    assert read_lines(plain) == lines
+    plain.write_text("\n".join(lines), encoding="utf-8")  # written by hand: no last newline
+    assert read_lines(plain) == lines
+    assert read_lines(atomic_write_lines(tmp_path / "empty.jsonl.gz", [])) == []
+    records = [case_record(i) for i in range(2)]
+    log_file = atomic_write_lines(tmp_path / "log.jsonl.gz", (r.to_json() for r in records))
+    assert read_records(log_file, strict=True) == records

@@ -8,6 +8,7 @@ import pytest
 
 from advjax.evaluation import read_run_summary
 from advjax.gate import main as gate_main
+from advjax.io import read_lines
 from advjax.text import TextCaseRecord
 from advjax.text.data import TEXT_DIR_ENV
 
@@ -23,7 +24,7 @@ def test_quick_profile_end_to_end(tmp_path):
         ["--profile", "quick", "--out", str(tmp_path), "--no-progress", "--set", "eval_size=16"]
     )
     for name in (
-        "records.jsonl",
+        "records.jsonl.gz",
         "results.json",
         "tables.md",
         "budget_curves.png",
@@ -34,7 +35,7 @@ def test_quick_profile_end_to_end(tmp_path):
         assert (tmp_path / name).stat().st_size > 0, name
     records = [
         TextCaseRecord.from_dict(json.loads(line))
-        for line in (tmp_path / "records.jsonl").read_text().splitlines()
+        for line in read_lines(tmp_path / "records.jsonl.gz")
     ]
     assert len(records) == 2 * 2 * 16
     assert all(r.queries <= r.max_queries for r in records)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from advjax.io import read_lines
 from advjax.text.data import TEXT_DIR_ENV
 
 STORED = Path(__file__).parents[2] / "results/seq2seq/models/transformer_word_fr-en/config.json"
@@ -65,7 +66,7 @@ def test_quick_profile_attacks_a_transformer(tmp_path):
     assert stored["spec"]["arch"] == "transformer"
     assert stored["model_config"]["num_encoder_layers"] == 1
     assert stored["model_config"]["model_dim"] == 32
-    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in read_lines(tmp_path / "records.jsonl.gz")]
     assert {r["model"] for r in records} == {"transformer_word_fr-en"}
     assert {r["attack"] for r in records} == {"unconstrained", "knn", "charswap"}
     assert all(r["status"] in ("success", "failed", "no_candidate") for r in records)

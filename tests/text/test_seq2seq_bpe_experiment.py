@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from advjax.io import read_lines
 from advjax.text.data import TEXT_DIR_ENV
 from advjax.text.translate import changed_positions
 
@@ -25,7 +26,7 @@ def test_quick_profile_bpe_end_to_end(tmp_path):
     results = main(["--profile", "quick", "--set", "units=bpe", "--out", str(tmp_path)])
     elapsed = time.process_time() - start
     assert elapsed < 90, f"quick BPE profile took {elapsed:.1f} CPU seconds"
-    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in read_lines(tmp_path / "records.jsonl.gz")]
     (name,) = results["models"]
     assert name == "lstm_bpe_fr-en" and {r["model"] for r in records} == {name}
     assert {r["attack"] for r in records} == {"unconstrained", "knn", "charswap"}

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from advjax.io import read_lines
 from advjax.text.data import TEXT_DIR_ENV
 from advjax.text.translate import changed_positions
 
@@ -25,14 +26,14 @@ def test_quick_profile_end_to_end(tmp_path):
     elapsed = time.process_time() - start
     assert elapsed < 60, f"quick profile took {elapsed:.1f} CPU seconds"
     for name in (
-        "records.jsonl",
+        "records.jsonl.gz",
         "results.json",
         "tables.md",
         "run.json",
         "figures/src_vs_tgt.png",
     ):
         assert (tmp_path / name).exists(), name
-    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in read_lines(tmp_path / "records.jsonl.gz")]
     assert {r["attack"] for r in records} == {"unconstrained", "knn", "charswap"}
     for r in records:
         assert r["status"] in ("success", "failed", "no_candidate"), r  # never "invalid"
@@ -177,9 +178,10 @@ def test_case_record_status_and_key_order():
 def test_reused_models_are_referenced_not_attacked_or_copied(tmp_path, monkeypatch):
     """With --reuse, a model an earlier run attacked (same training history and time, same
     protocol) is neither trained nor attacked: results.json names the earlier records file,
-    the new records.jsonl leaves them out, and the tables equal the earlier run's. A resumed
-    run (its own folder in --reuse) keeps its records; another protocol or another training
-    run of the model is not reused."""
+    the new records.jsonl.gz leaves them out, and the tables equal the earlier run's. A resumed
+    run (its own folder in --reuse) keeps its records, read from a plain records.jsonl and
+    written as records.jsonl.gz, which the next run then names; another protocol or another
+    training run of the model is not reused."""
     import dataclasses
 
     from experiments.seq2seq_robustness import study as s2s
@@ -236,14 +238,19 @@ def test_reused_models_are_referenced_not_attacked_or_copied(tmp_path, monkeypat
     )
     assert results["models"][spec.name].pop("records") == "../earlier/records.jsonl"
     assert results["models"][spec.name] == json.loads(json.dumps(entry))
-    assert (out / "records.jsonl").read_text() == ""
+    assert read_lines(out / "records.jsonl.gz") == []
     assert s2s.write_tables(results) == s2s.write_tables(
         earlier_results | {"config": results["config"]}
     )
 
     resumed = s2s.run(config, None, earlier, models_dir=tmp_path / "models", reuse=[earlier])
     assert "records" not in resumed["models"][spec.name]
-    assert [json.loads(x) for x in (earlier / "records.jsonl").read_text().splitlines()] == records
+    assert [json.loads(x) for x in read_lines(earlier / "records.jsonl.gz")] == records
+    assert not (earlier / "records.jsonl").exists()
+    again = s2s.run(
+        config, None, tmp_path / "again", models_dir=tmp_path / "models", reuse=[earlier]
+    )
+    assert again["models"][spec.name]["records"] == "../earlier/records.jsonl.gz"
 
     for changed in (
         {"config": dataclasses.asdict(dataclasses.replace(config, top_k=4))},
