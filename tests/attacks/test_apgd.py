@@ -391,3 +391,37 @@ def test_trained_cnn_apgd_ce_at_least_as_strong_as_pgd(cnn_accuracy, eps_255):
 def test_trained_cnn_apgd_dlr_breaks_it_at_8_255(cnn_accuracy):
     """APGD-DLR (20 steps) at 8/255 leaves at most 5 % of the examples robust."""
     assert cnn_accuracy["apgd_dlr", 8] <= 0.05, cnn_accuracy
+
+
+class JitOfTheCallerTest(chex.TestCase):
+    """APGD and its losses give the caller the same numbers with and without its own jit."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_apgd_ce_and_targeted_dlr_agree_with_and_without_the_callers_jit(self):
+        x, y = _linear_setup(n=8)
+        for kind in ("ce", "targeted"):
+            expected = _attack(kind)(x, y, EPS, KEY)
+
+            def run(x, y, eps, key, kind=kind):
+                if kind == "targeted":
+                    return apgd_targeted(
+                        LINEAR, x, y, eps, key=key, target_ranks=(2, 3), steps=STEPS
+                    )
+                return apgd(LINEAR, x, y, eps, key=key, loss="ce", steps=STEPS)
+
+            actual = self.variant(run)(x, y, EPS, KEY)
+            chex.assert_trees_all_close(actual.x_adv, expected.x_adv, atol=TOL, rtol=0)
+            chex.assert_trees_all_equal(actual.broken_step, expected.broken_step)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_losses_agree_with_and_without_the_callers_jit(self):
+        z = _logits(seed=7, n=16)
+        y = jax.random.randint(jax.random.key(8), (16,), 0, 10)
+        t = (y + 1) % 10
+        for loss, args in (
+            (per_example_cross_entropy, (z, y)),
+            (per_example_dlr, (z, y)),
+            (per_example_targeted_dlr, (z, y, t)),
+        ):
+            expected = jax.jit(loss)(*args)
+            chex.assert_trees_all_close(self.variant(loss)(*args), expected, atol=1e-6)

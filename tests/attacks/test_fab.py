@@ -2,6 +2,7 @@
 
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -262,3 +263,29 @@ def test_the_numpy_sort_on_cpu_gives_the_projections_exactly_what_jnp_argsort_gi
             m.setattr(_fab, "argsort", lambda a: jnp.argsort(a, axis=-1))
             device = jax.jit(jax.vmap(projection))(t, w, b)
         np.testing.assert_array_equal(np.asarray(host), np.asarray(device))
+
+
+class JitOfTheCallerTest(chex.TestCase):
+    """FAB's projections and the attack give the same numbers with and without the caller's jit."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_projections_agree_with_and_without_the_callers_jit(self):
+        rng = np.random.default_rng(3)
+        t, w = rng.uniform(0, 1, (6, 16)), rng.normal(size=(6, 16))
+        b = np.sum(w * t, 1) + rng.normal(size=6)
+        args = [jnp.asarray(v, jnp.float32) for v in (t, w, b)]
+        for project in (projection_linf, projection_l2):
+            expected = jax.jit(jax.vmap(project))(*args)
+            actual = self.variant(jax.vmap(project))(*args)
+            chex.assert_trees_all_close(actual, expected, atol=1e-6)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_fab_agrees_with_and_without_the_callers_jit(self):
+        _, x, y = _mlp_batch()
+        keys = jax.random.split(jax.random.key(5), 8)
+        expected = _jitted("linf")(x, y, 0.02, keys)
+        actual = self.variant(
+            lambda x, y, eps, key: fab(_MLP, x, y, eps, key=key, norm="linf", **_SMALL)
+        )(x, y, 0.02, keys)
+        chex.assert_trees_all_equal(actual.broken, expected.broken)
+        chex.assert_trees_all_close(actual.x_adv, expected.x_adv, atol=1e-6)

@@ -292,3 +292,15 @@ def test_trained_model_square_lowers_robust_accuracy_well_below_clean(trained_mo
     assert clean >= 0.25, report
     assert robust <= 0.75 * clean, report
     assert np.median(used[success]) <= CNN_QUERIES // 2, report
+
+
+class JitOfTheCallerTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_same_result_with_and_without_the_callers_jit(self):
+        """square_linf under the caller's jit equals the eager call, and stays in the ball."""
+        x, y = _linear_setup(n=8)
+        run = self.variant(lambda x, y, eps: square_linf(LOGITS_FN, x, y, eps, key=KEY, queries=40))
+        result = run(x, y, jnp.float32(EPS))
+        _assert_in_ball(result.x_adv, x, EPS)
+        expected = square_linf(LOGITS_FN, x, y, EPS, key=KEY, queries=40)
+        chex.assert_trees_all_close(result, expected, atol=1e-5)
