@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.cifar_robustness import plots
+from experiments.cifar_robustness import image_plots, plots
 from experiments.cifar_robustness.tradeoff import ensemble_rate, strong_name, tradeoff_figure
 
 ATTACK_NAMES = {"fgsm": "FGSM", "pgd": "PGD"}
@@ -156,7 +156,7 @@ def figures(
     models = results["models"]
     top = max(next(iter(models.values()))["attacks"]["pgd"], key=float)
     if sample_images is not None:
-        plots.image_grid(
+        image_plots.image_grid(
             sample_images,
             class_names,
             "CIFAR-10 evaluation subset: samples per class",
@@ -177,7 +177,7 @@ def figures(
     _clean_vs_robust(results, strong, top, path("clean_vs_robust.png"))
     tradeoff_figure(results, strong, path("tradeoff_clean_vs_robust.png"))
     for name, m in models.items():
-        plots.confusion_pair(
+        image_plots.confusion_pair(
             {"clean": m["confusion"]["clean"], f"PGD {top}/255": m["confusion"][f"pgd_{top}"]},
             class_names,
             f"Confusion matrices: {m['label']}",
@@ -192,7 +192,7 @@ def figures(
         with np.load(out / "examples" / f"{name}.npz") as saved:
             k = min(8, len(saved["x_clean"]))
             magnify = 10.0
-            plots.adversarial_grid(
+            image_plots.adversarial_grid(
                 saved["x_clean"][:k],
                 saved["x_adv"][:k],
                 saved["labels"][:k],
