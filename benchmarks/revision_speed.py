@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from advjax import backend
-from benchmarks.end_to_end import WALL_FILE, run_side
+from benchmarks.end_to_end import read_side, run_side
 from benchmarks.machine import describe_machine
 from benchmarks.report import write_atomic
 
@@ -67,17 +67,9 @@ def config_differences(before: dict, after: dict) -> list[str]:
 
 
 def read_run(folder: Path) -> dict:
-    """One finished run: its wall record, phase timings and config."""
-    wall, results = folder / WALL_FILE, folder / "results.json"
-    for path in (wall, results):
-        if not path.exists():
-            raise SystemExit(f"{path} is missing: run that side first")
-    data = json.loads(results.read_text())
-    return json.loads(wall.read_text()) | {
-        "timings_seconds": data["timings_seconds"],
-        "config": data["config"],
-        "models": sorted(data["models"]),
-    }
+    """One finished run: `end_to_end.read_side` (wall record, phase timings) and its config."""
+    side = read_side(folder)
+    return side | {"config": json.loads((folder / "results.json").read_text())["config"]}
 
 
 def phase_table(before: list[dict], after: list[dict]) -> list[dict]:
