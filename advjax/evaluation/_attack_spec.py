@@ -12,11 +12,11 @@ from advjax.evaluation._threat_model import ThreatModel, format_eps
 METHODS = ("fgsm", "pgd", "pgd_t", "apgd_ce", "apgd_dlr", "apgd_t", "square")
 """fgsm, pgd, pgd_t (targeted PGD): `advjax.attacks`; apgd_ce / apgd_dlr / apgd_t:
 `advjax.attacks` (APGD with the cross-entropy, the DLR and the targeted DLR loss); square:
-`advjax.attacks` (score-based)."""
+`advjax.attacks` (score-based: `square_linf`, or `square_l2` under norm="l2")."""
 GRADIENT_METHODS = METHODS[:6]
 _METHOD_FIELDS = {"pgd_t": ("targets",), "apgd_t": ("targets",), "square": ("p_init",)}
 _LOSS_METHODS = ("pgd", "pgd_t")  # methods whose loss is a choice
-_L2_METHODS = ("fgsm", "pgd", "pgd_t", "apgd_ce", "apgd_dlr", "apgd_t")
+_L2_METHODS = METHODS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -38,7 +38,8 @@ class AttackSpec:
         surrogate model whose gradients craft the inputs (a transfer attack).
       targets: apgd_t / pgd_t only: target classes tried, the 2nd .. (targets + 1)th
         highest clean logit, one after another on the cases not yet broken.
-      p_init: square only: initial share of pixels in a square.
+      p_init: square only: initial share of pixels in a square (Andriushchenko et al.
+        use 0.05 for L-inf and 0.8 for L2).
       norm: "linf" or "l2"; must be the threat model's.
       loss: pgd / pgd_t only: "ce" or "margin" (the CW margin loss).
     """

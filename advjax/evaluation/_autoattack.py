@@ -14,6 +14,7 @@ fra31/auto-attack).
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -21,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from advjax._jit_argument import as_jit_argument
 from advjax.attacks._norms import perturbation_norm
 from advjax.evaluation._autoattack_checks import run_checks, validate_inputs
 from advjax.evaluation._autoattack_engine import JUDGE_DRAWS, attack_members, eot_logits
@@ -144,16 +146,20 @@ def clean_predictions(logits_fn, x, key, batch_size: int, random_model: bool) ->
     """Predicted classes on the clean inputs (random model: the mean over 20 draws per case)."""
     if random_model:
         case_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(len(x)))
-        fn = jax.jit(
-            lambda z, k: jnp.argmax(eot_logits(logits_fn, k, JUDGE_DRAWS, offset=1_000_000)(z), -1)
-        )
     else:
-        fn = jax.jit(lambda z, k: jnp.argmax(logits_fn(z), -1))
         case_keys = jnp.zeros(len(x))
+    fn = functools.partial(_clean_program, random_model, as_jit_argument(logits_fn))
     return np.concatenate(
         [np.asarray(fn(x[i : i + batch_size], case_keys[i : i + batch_size]))
          for i in range(0, len(x), batch_size)]
     )  # fmt: skip
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _clean_program(random_model: bool, logits_fn, z, keys):
+    if random_model:
+        return jnp.argmax(eot_logits(logits_fn, keys, JUDGE_DRAWS, offset=1_000_000)(z), -1)
+    return jnp.argmax(logits_fn(z), -1)
 
 
 def cumulative_accuracy(clean_correct: np.ndarray, broken_by: np.ndarray, members) -> tuple:

@@ -6,6 +6,7 @@ batches whose size follows the number of cases left, so few shapes compile and l
 is padding. Every case uses its own key, so the batching never changes a case's outcome.
 """
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -13,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from advjax._jit_argument import as_jit_argument
 from advjax.attacks._apgd import apgd, apgd_with_loss
 from advjax.attacks._fab import fab
 from advjax.attacks._losses import per_example_cross_entropy, per_example_targeted_dlr
@@ -55,45 +57,47 @@ def make_run(logits_fn, member, *, norm: str, random_model: bool) -> Callable:
 
     `keys` are the cases' member keys; target and restart are traced, so one program
     serves every run of the member. `loss` is the true-class cross-entropy at x_adv, by
-    which the worst case of a robust case is chosen across members.
+    which the worst case of a robust case is chosen across members. The logits function
+    is an argument of the program, so models of one architecture share it.
     """
+    return functools.partial(_run_program, member, norm, random_model, as_jit_argument(logits_fn))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _run_program(member, norm, random_model, logits_fn, x, y, eps, keys, target, restart):
     method = member.method
-
-    def run(x, y, eps, keys, target, restart):
-        run_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, 1000 * target + restart)
-        if random_model:
-            # EOT: the attack ascends the mean over `eot` draws; the verdict takes fresh draws
-            craft = eot_logits(logits_fn, run_keys, member.eot)
-            judge = eot_logits(logits_fn, run_keys, JUDGE_DRAWS, offset=member.eot)
-        else:
-            craft = judge = logits_fn
-        common = dict(steps=member.steps, norm=norm, key=run_keys)
-        if method in ("apgd-ce", "apgd-dlr"):
-            x_adv = apgd(craft, x, y, eps, loss=method.removeprefix("apgd-"), **common).x_adv
-            spent = member.steps + 1
-        elif method == "apgd-t":
-            ranked = jnp.argsort(craft(x), axis=-1, descending=True)
-            goal = jnp.take_along_axis(ranked, jnp.full((len(y), 1), target + 1), axis=1)[:, 0]
-            loss_fn = lambda logits, labels: per_example_targeted_dlr(logits, labels, goal)  # noqa: E731
-            x_adv = apgd_with_loss(craft, loss_fn, x, y, eps, **common).x_adv
-            spent = member.steps + 1
-        elif method in ("fab", "fab-t"):
-            targeted = method == "fab-t"
-            x_adv = fab(
-                craft, x, y, eps, key=run_keys, norm=norm, targeted=targeted,
-                n_target_classes=1, first_target=target if targeted else 0,
-                steps=member.steps, restarts=1, eps_init=eps,
-            ).x_adv  # fmt: skip
-            spent = 2 * member.steps + 1
-        else:
-            square = square_linf if norm == "linf" else square_l2
-            r = square(craft, x, y, eps, key=run_keys, queries=member.queries, p_init=member.p_init)
-            x_adv, spent = r.x_adv, r.queries_used
-        logits = judge(x_adv)
-        queries = jnp.broadcast_to(jnp.asarray(spent, jnp.int32), y.shape)
-        return x_adv, jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y), queries
-
-    return jax.jit(run)
+    run_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, 1000 * target + restart)
+    if random_model:
+        # EOT: the attack ascends the mean over `eot` draws; the verdict takes fresh draws
+        craft = eot_logits(logits_fn, run_keys, member.eot)
+        judge = eot_logits(logits_fn, run_keys, JUDGE_DRAWS, offset=member.eot)
+    else:
+        craft = judge = logits_fn
+    common = dict(steps=member.steps, norm=norm, key=run_keys)
+    if method in ("apgd-ce", "apgd-dlr"):
+        x_adv = apgd(craft, x, y, eps, loss=method.removeprefix("apgd-"), **common).x_adv
+        spent = member.steps + 1
+    elif method == "apgd-t":
+        ranked = jnp.argsort(craft(x), axis=-1, descending=True)
+        goal = jnp.take_along_axis(ranked, jnp.full((len(y), 1), target + 1), axis=1)[:, 0]
+        loss_fn = lambda logits, labels: per_example_targeted_dlr(logits, labels, goal)  # noqa: E731
+        x_adv = apgd_with_loss(craft, loss_fn, x, y, eps, **common).x_adv
+        spent = member.steps + 1
+    elif method in ("fab", "fab-t"):
+        targeted = method == "fab-t"
+        x_adv = fab(
+            craft, x, y, eps, key=run_keys, norm=norm, targeted=targeted,
+            n_target_classes=1, first_target=target if targeted else 0,
+            steps=member.steps, restarts=1, eps_init=eps,
+        ).x_adv  # fmt: skip
+        spent = 2 * member.steps + 1
+    else:
+        square = square_linf if norm == "linf" else square_l2
+        r = square(craft, x, y, eps, key=run_keys, queries=member.queries, p_init=member.p_init)
+        x_adv, spent = r.x_adv, r.queries_used
+    logits = judge(x_adv)
+    queries = jnp.broadcast_to(jnp.asarray(spent, jnp.int32), y.shape)
+    return x_adv, jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y), queries
 
 
 def _batch_for(cases: int, batch_size: int, devices: int) -> int:

@@ -3,13 +3,35 @@
 Evaluations of many cases go through `advjax.evaluation`, which records every case.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
+from advjax._jit_argument import as_jit_argument
 from advjax.attacks._pgd import fgsm, pgd_search
-from advjax.types import Array, LogitsFn
+from advjax.types import LogitsFn
 
 ATTACKS = ("fgsm", "pgd")
+
+
+@functools.partial(jax.jit, static_argnames=("attack", "steps", "restarts", "step_fraction"))
+def _attack_program(logits_fn, x, y, eps, key, *, attack, steps, restarts, step_fraction):
+    if attack == "fgsm":
+        x_adv, broken = fgsm(logits_fn, x, y, eps), None
+    else:
+        result = pgd_search(
+            logits_fn,
+            x,
+            y,
+            eps,
+            key=key,
+            steps=steps,
+            restarts=restarts,
+            step_size=step_fraction * eps,
+        )
+        x_adv, broken = result.x_adv, result.broken_step
+    return x_adv, jnp.argmax(logits_fn(x_adv), axis=-1), broken
 
 
 def make_attack_fn(
@@ -22,26 +44,16 @@ def make_attack_fn(
 ):
     """A jitted `(x, y, eps, key) -> (x_adv, predictions, broken_step | None)`.
 
-    PGD takes steps of `step_fraction * eps` (the reference protocol: eps / 4).
+    PGD takes steps of `step_fraction * eps` (the reference protocol: eps / 4). The logits
+    function is an argument of the compiled program, so models of one architecture share it.
     """
     if attack not in ATTACKS:
         raise ValueError(f"unknown attack {attack!r}; choose from {ATTACKS}")
-
-    def run(x: Array, y: Array, eps: Array, key: jax.Array):
-        if attack == "fgsm":
-            x_adv, broken = fgsm(logits_fn, x, y, eps), None
-        else:
-            result = pgd_search(
-                logits_fn,
-                x,
-                y,
-                eps,
-                key=key,
-                steps=steps,
-                restarts=restarts,
-                step_size=step_fraction * eps,
-            )
-            x_adv, broken = result.x_adv, result.broken_step
-        return x_adv, jnp.argmax(logits_fn(x_adv), axis=-1), broken
-
-    return jax.jit(run)
+    return functools.partial(
+        _attack_program,
+        as_jit_argument(logits_fn),
+        attack=attack,
+        steps=steps,
+        restarts=restarts,
+        step_fraction=step_fraction,
+    )

@@ -12,6 +12,7 @@ batch size fixed), which is what makes compaction and single-case replay exact.
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -19,11 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from advjax._jit_argument import as_jit_argument
 from advjax.attacks._apgd import apgd, apgd_targeted
 from advjax.attacks._losses import per_example_cross_entropy
 from advjax.attacks._pgd import PGDState, fgsm, pgd_finish, pgd_search, pgd_start, restart_keys
 from advjax.attacks._pgd import pgd_steps as run_pgd_steps
 from advjax.attacks._square import square_linf
+from advjax.attacks._square_l2 import square_l2
 from advjax.evaluation._attack_spec import AttackSpec
 from advjax.io._progress import Progress
 from advjax.types import LogitsFn
@@ -54,7 +57,8 @@ def _search(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, keys, restart):
         return x_adv, jnp.where(wrong, 1, -1).astype(jnp.int32), jnp.zeros_like(wrong)
     if spec.method == "square":
         keys = restart_keys(keys, 1, restart)[0]
-        r = square_linf(craft_fn, x, y, eps, key=keys, queries=spec.steps, p_init=spec.p_init)
+        square = square_linf if spec.norm == "linf" else square_l2
+        r = square(craft_fn, x, y, eps, key=keys, queries=spec.steps, p_init=spec.p_init)
         return r.x_adv, jnp.where(r.success, r.queries_used, -1), r.budget_exhausted
     common = dict(key=keys, steps=spec.steps, restarts=1, first_restart=restart, norm=spec.norm)
     if spec.method == "pgd_t":
@@ -101,55 +105,58 @@ def _targeted_pgd(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, common):
     return x_adv, broken, jnp.zeros(y.shape, bool)
 
 
+def _target_outcome(logits_fn, x_adv, y):
+    logits = logits_fn(x_adv)
+    return jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 7))
+def _search_program(spec, logits_fn, source_fn, x, y, eps, keys, restart):
+    craft_fn = logits_fn if source_fn is None else source_fn
+    x_adv, broken, capped = _search(craft_fn, spec, x, y, eps, keys, restart)
+    adv_pred, loss = _target_outcome(logits_fn, x_adv, y)
+    if source_fn is not None:
+        broken = jnp.full_like(broken, -1)
+    return jnp.argmax(logits_fn(x), axis=-1), x_adv, adv_pred, loss, broken, capped
+
+
+@functools.partial(jax.jit, static_argnums=(0, 7))
+def _start_program(spec, logits_fn, source_fn, x, y, eps, keys, restart):
+    state = pgd_start(x, eps, restart_keys(keys, 1, restart)[0], spec.norm)
+    return jnp.argmax(logits_fn(x), axis=-1), state
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _steps_program(spec, logits_fn, source_fn, state, x, y, eps, lo, hi):
+    craft_fn = logits_fn if source_fn is None else source_fn
+    step_size = spec.step_fraction * eps
+    return run_pgd_steps(
+        craft_fn, state, x, y, eps, step_size, lo, hi, norm=spec.norm, loss=spec.loss
+    )
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _finish_program(spec, logits_fn, source_fn, state, y):
+    craft_fn = logits_fn if source_fn is None else source_fn
+    state = pgd_finish(craft_fn, state, y, spec.steps, loss=spec.loss)
+    adv_pred, loss = _target_outcome(logits_fn, state.best, y)
+    broken = state.broken_step if source_fn is None else jnp.full_like(y, -1)
+    return state.best, adv_pred, loss, broken
+
+
 def make_program(logits_fn: LogitsFn, spec: AttackSpec, source_fn: LogitsFn | None = None):
     """The attack's jitted pieces; inputs are crafted on `source_fn` when given (transfer).
 
     A transfer attack tracks breaks on the surrogate (it stops where the surrogate is
     fooled, as `pgd_search` would) and reports broken_step -1: no search ran on the target.
+    The logits functions are arguments of the compiled pieces (`as_jit_argument`), so
+    models of one architecture share them.
     """
-    craft_fn = logits_fn if source_fn is None else source_fn
+    fns = (spec, as_jit_argument(logits_fn), as_jit_argument(source_fn))
+    return Program(*(functools.partial(piece, *fns) for piece in _PIECES))
 
-    def target_outcome(x_adv, y):
-        logits = logits_fn(x_adv)
-        return jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y)
 
-    def search(x, y, eps, keys, restart):
-        x_adv, broken, capped = _search(craft_fn, spec, x, y, eps, keys, restart)
-        adv_pred, loss = target_outcome(x_adv, y)
-        if source_fn is not None:
-            broken = jnp.full_like(broken, -1)
-        return jnp.argmax(logits_fn(x), axis=-1), x_adv, adv_pred, loss, broken, capped
-
-    def start(x, y, eps, keys, restart):
-        state = pgd_start(x, eps, restart_keys(keys, 1, restart)[0], spec.norm)
-        return jnp.argmax(logits_fn(x), axis=-1), state
-
-    def steps(state, x, y, eps, lo, hi):
-        return run_pgd_steps(
-            craft_fn,
-            state,
-            x,
-            y,
-            eps,
-            spec.step_fraction * eps,
-            lo,
-            hi,
-            norm=spec.norm,
-            loss=spec.loss,
-        )
-
-    def finish(state, y):
-        state = pgd_finish(craft_fn, state, y, spec.steps, loss=spec.loss)
-        adv_pred, loss = target_outcome(state.best, y)
-        broken = state.broken_step if source_fn is None else jnp.full_like(y, -1)
-        return state.best, adv_pred, loss, broken
-
-    return Program(
-        jax.jit(search, static_argnums=4),
-        jax.jit(start, static_argnums=4),
-        jax.jit(steps),
-        jax.jit(finish),
-    )
+_PIECES = (_search_program, _start_program, _steps_program, _finish_program)
 
 
 @dataclasses.dataclass

@@ -1,11 +1,13 @@
 """The compact CIFAR-10 CNN of the robustness study (403,306 trainable parameters)."""
 
+import dataclasses
 from typing import Any, Mapping
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.tree_util import Partial
 
 from advjax.model._layers import conv2d_same, max_pool_2x2
 from advjax.types import Array, LogitsFn
@@ -117,10 +119,22 @@ class CompactCNN(nn.Module):
         return _dense(x, self.num_classes)
 
 
+@dataclasses.dataclass(frozen=True)
+class _EvalApply:
+    """`model.apply` in eval mode; equal for equal module definitions, so jitted programs
+    that take the logits function as an argument are shared between models."""
+
+    model: nn.Module
+
+    def __call__(self, variables: Mapping[str, Any], x: Array) -> Array:
+        return self.model.apply(variables, x, train=False)
+
+
 def eval_logits_fn(model: nn.Module, variables: Mapping[str, Any]) -> LogitsFn:
-    """A pure eval-mode `logits_fn(x) -> logits` (running batch statistics, no dropout)."""
+    """A pure eval-mode `logits_fn(x) -> logits` (running batch statistics, no dropout).
 
-    def logits_fn(x: Array) -> Array:
-        return model.apply(variables, x, train=False)
-
-    return logits_fn
+    It is a `jax.tree_util.Partial` whose leaves are the variables: advjax's jitted
+    evaluation programs take it as an argument, so every model of one architecture
+    runs on one compiled program instead of each baking its weights into its own.
+    """
+    return Partial(_EvalApply(model), variables)

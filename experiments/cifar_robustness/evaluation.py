@@ -13,6 +13,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.tree_util import Partial
 
 from advjax.attacks import per_example_cross_entropy
 from advjax.evaluation import (
@@ -100,11 +101,21 @@ def attack_specs(config: StudyConfig) -> list[AttackSpec]:
     return specs
 
 
+@jax.jit
+def _input_gradient(logits_fn, x, y):
+    """The input gradient of the summed cross-entropy (logits_fn: an `eval_logits_fn`)."""
+    return jax.grad(lambda z: per_example_cross_entropy(logits_fn(z), y).sum())(x)
+
+
 def start_point_zero_gradients(logits_fn, x, y, batch_size: int = 250) -> float:
     """Share of cases whose input gradient of the loss is exactly zero at the clean input."""
-    grad_fn = jax.jit(jax.grad(lambda z, t: per_example_cross_entropy(logits_fn(z), t).sum()))
+    fn = logits_fn if isinstance(logits_fn, Partial) else Partial(logits_fn)
     grads = [
-        np.asarray(grad_fn(jnp.asarray(x[i : i + batch_size]), jnp.asarray(y[i : i + batch_size])))
+        np.asarray(
+            _input_gradient(
+                fn, jnp.asarray(x[i : i + batch_size]), jnp.asarray(y[i : i + batch_size])
+            )
+        )
         for i in range(0, len(y), batch_size)
     ]
     return zero_gradient_fraction(np.concatenate(grads))

@@ -269,6 +269,7 @@ def test_every_method_writes_valid_records_that_replay_bit_exactly(
         ("pgd_t", "linf", "ce", 4 / 255),
         ("pgd_t", "l2", "margin", 0.5),
         ("apgd_ce", "l2", "ce", 0.5),
+        ("square", "l2", "ce", 0.5),
     ],
 )
 def test_l2_margin_and_targeted_variants_write_records_that_replay_bit_exactly(
@@ -280,7 +281,7 @@ def test_l2_margin_and_targeted_variants_write_records_that_replay_bit_exactly(
     logits_fn = make_linear_logits_fn()
     x, y = make_linear_batch(n=24)
     y = np.asarray(jax.numpy.argmax(logits_fn(x), -1)).astype(np.int32)
-    steps = 1 if method == "fgsm" else 6
+    steps = {"fgsm": 1, "square": 60}.get(method, 6)
     spec = AttackSpec(
         name=f"{method}_{norm}_{loss}",
         method=method,
@@ -291,15 +292,18 @@ def test_l2_margin_and_targeted_variants_write_records_that_replay_bit_exactly(
         norm=norm,
         loss=loss,
         chunk_steps=4,
+        p_init=0.8 if method == "square" else 0.05,
     )
-    tm = ThreatModel(eps=(eps,), steps=100, restarts=3, norm=norm)
+    queries = 100 if method == "square" else None
+    tm = ThreatModel(eps=(eps,), steps=100, restarts=3, norm=norm, queries=queries)
     log = RecordLog(tmp_path / "r.jsonl")
     _run(log, spec, logits_fn, x, y, threat_model=tm)
     records = sorted(read_records(tmp_path / "r.jsonl"), key=lambda r: r.case_id)
     assert len(records) == 24 and any(r.status == "success" for r in records)
     size = [r.l2 if norm == "l2" else r.linf for r in records]
     assert max(size) <= eps + 1e-5 and all(r.queries <= spec.max_queries() for r in records)
-    assert {r.status for r in records} <= {"success", "failed"}
+    exhausted = {"budget_exhausted"} if method == "square" else set()
+    assert {r.status for r in records} <= {"success", "failed"} | exhausted
     for r in records[::4]:
         again = replay_record(
             r, threat_model=tm, spec=spec, logits_fn=logits_fn, x=x[r.case_id], y=int(y[r.case_id])

@@ -143,8 +143,9 @@ def test_eval_logits_fn_works_under_jit_and_traces_once(model_and_variables):
     """jax.jit(eval_logits_fn(...)) matches eager and does not retrace for new data."""
     model, variables = model_and_variables
     logits_fn = eval_logits_fn(model, variables)
-    jitted = jax.jit(chex.assert_max_traces(logits_fn, n=1))
+    jitted = jax.jit(chex.assert_max_traces(lambda x: logits_fn(x), n=1))
     x1, x2 = _images(2, seed=1), _images(2, seed=2)
+    chex.assert_trees_all_close(jax.jit(logits_fn)(x1), logits_fn(x1), atol=1e-5, rtol=1e-5)
     chex.assert_trees_all_close(jitted(x1), logits_fn(x1), atol=1e-5, rtol=1e-5)
     chex.assert_trees_all_close(jitted(x2), logits_fn(x2), atol=1e-5, rtol=1e-5)
 
