@@ -6,12 +6,13 @@ with `--repair-records`, repairs the folder's record files instead.
 
 End: `run_command` turns bad input (a malformed value, a missing file, a locked folder, a
 bad or duplicated record line, ...) into a one-line error and exit code 2 (the traceback
-with ADVJAX_DEBUG=1), and Ctrl-C into exit code 130 with a line saying that the same
-command resumes.
+with ADVJAX_DEBUG=1), and Ctrl-C into exit code 130 with a line giving the command that
+resumes.
 """
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -53,9 +54,10 @@ def exit_status(main: Callable[[], object], prog: str) -> int:
     try:
         result = main()
     except KeyboardInterrupt:
+        again = shlex.join(["python", "-m", prog, *sys.argv[1:]])
         print(
-            f"\n{prog}: interrupted; everything finished so far is kept, and running the same "
-            "command again resumes from there",
+            f"\n{prog}: interrupted; everything finished so far is kept, and the same command "
+            f"resumes from there: {again}",
             file=sys.stderr,
         )
         return 130

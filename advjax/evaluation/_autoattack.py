@@ -77,6 +77,17 @@ class Member:
         member run alone draws what it draws inside any ensemble."""
         return METHODS.index(self.method)
 
+    @property
+    def queries_per_run(self) -> int:
+        """Model queries one run spends on a case at most: APGD (steps + 1) gradients of
+        `eot` draws each, FAB 2 steps + 1 (a forward and a Jacobian per step), Square its
+        query budget. The records' per-case queries are counted the same way."""
+        if self.method.startswith("apgd"):
+            return (self.steps + 1) * self.eot
+        if self.method in ("fab", "fab-t"):
+            return 2 * self.steps + 1
+        return self.queries
+
     def runs(self) -> list[tuple[int, int]]:
         """(target, restart) of every run, in order (target 0 for untargeted members)."""
         targets = self.targets if self.method in ("apgd-t", "fab-t") else 1

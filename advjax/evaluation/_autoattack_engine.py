@@ -76,13 +76,13 @@ def _run_program(member, norm, random_model, logits_fn, x, y, eps, keys, target,
     common = dict(steps=member.steps, norm=norm, key=run_keys)
     if method in ("apgd-ce", "apgd-dlr"):
         x_adv = apgd(craft, x, y, eps, loss=method.removeprefix("apgd-"), **common).x_adv
-        spent = member.steps + 1
+        spent = member.queries_per_run
     elif method == "apgd-t":
         ranked = jnp.argsort(craft(x), axis=-1, descending=True)
         goal = jnp.take_along_axis(ranked, jnp.full((len(y), 1), target + 1), axis=1)[:, 0]
         loss_fn = lambda logits, labels: per_example_targeted_dlr(logits, labels, goal)  # noqa: E731
         x_adv = apgd_with_loss(craft, loss_fn, x, y, eps, **common).x_adv
-        spent = member.steps + 1
+        spent = member.queries_per_run
     elif method in ("fab", "fab-t"):
         targeted = method == "fab-t"
         x_adv = fab(
@@ -90,7 +90,7 @@ def _run_program(member, norm, random_model, logits_fn, x, y, eps, keys, target,
             n_target_classes=1, first_target=target if targeted else 0,
             steps=member.steps, restarts=1, eps_init=eps,
         ).x_adv  # fmt: skip
-        spent = 2 * member.steps + 1
+        spent = member.queries_per_run
     else:
         square = square_linf if norm == "linf" else square_l2
         r = square(craft, x, y, eps, key=run_keys, queries=member.queries, p_init=member.p_init)

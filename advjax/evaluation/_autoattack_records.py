@@ -42,10 +42,18 @@ def autoattack_hash(members: Sequence[Member], norm: str) -> str:
 
 
 def autoattack_threat_model(eps: float, members: Sequence[Member], norm: str) -> ThreatModel:
-    """The threat model an AutoAttack run declares: white-box, one eps, the members' budget."""
+    """The threat model an AutoAttack run declares: white-box, one eps, the members' budget.
+
+    The declared queries bound every case's total: each run of a gradient member at
+    max(2 steps + 1, its own `queries_per_run`) (FAB's cost, which bounds a deterministic
+    APGD run; the form keeps the digests of committed records), each Square run at its
+    budget.
+    """
     steps = max(m.steps for m in members)
     queries = sum(
-        m.queries * m.restarts if m.method == "square" else (2 * m.steps + 1) * len(m.runs())
+        m.queries * m.restarts
+        if m.method == "square"
+        else max(2 * m.steps + 1, m.queries_per_run) * len(m.runs())
         for m in members
     )
     return ThreatModel(eps=(float(eps),), steps=steps, restarts=max(m.restarts for m in members),

@@ -200,6 +200,29 @@ def test_rand_version_on_a_random_model_is_stronger_than_one_fixed_draw(model):
         members=[Member("apgd-ce", steps=20, eot=1)], checks=False, version="rand",
     )  # fmt: skip
     assert rand.robust.sum() < single.robust.sum()
+    # a robust case spent every run's budget: (steps + 1) gradients of `eot` draws each
+    assert (rand.queries[rand.robust] == 21 * 20).all()
+    assert (single.queries[single.robust] == 21).all()
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        [Member(m, **FAST, targets=3) for m in ("apgd-ce", "apgd-t", "fab-t", "square")],
+        [Member("apgd-ce", steps=5, eot=4), Member("apgd-dlr", steps=5, eot=4)],
+    ],
+    ids=["standard", "eot"],
+)
+def test_every_case_spends_at_most_the_declared_query_budget(model, members):
+    """The per-case queries the result reports never exceed the budget the run's threat
+    model declares (`autoattack_threat_model`), with or without EOT."""
+    logits_fn, x, y = model
+    fn = _noisy(logits_fn) if members[0].eot > 1 else logits_fn
+    r = autoattack(fn, x, y, EPS, key=jax.random.key(0), members=members, checks=False)
+    declared = advjax.evaluation.autoattack_threat_model(EPS, members, "linf").queries
+    per_case = sum(m.queries_per_run * len(m.runs()) for m in members)
+    assert r.queries.max() <= per_case <= declared
+    assert r.queries[r.robust].min() >= min(m.queries_per_run for m in members)
 
 
 def test_a_random_model_fails_the_randomness_check_of_a_deterministic_version(model):

@@ -188,12 +188,14 @@ def test_user_errors_are_one_line_with_exit_2_and_the_traceback_on_request(
         exit_status(main, "prog")
 
 
-def test_ctrl_c_exits_130_saying_the_same_command_resumes(capsys):
+def test_ctrl_c_exits_130_giving_the_command_that_resumes(capsys, monkeypatch):
     def main():
         raise KeyboardInterrupt
 
+    monkeypatch.setattr(sys, "argv", ["prog", "--out", "my runs/a"])
     assert exit_status(main, "prog") == 130
-    assert "running the same command again resumes" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the same command resumes from there: python -m prog --out 'my runs/a'" in err
 
 
 @pytest.mark.skipif(not os.environ.get("ADVJAX_DATA_DIR"), reason="needs ADVJAX_DATA_DIR")
