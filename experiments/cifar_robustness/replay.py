@@ -5,9 +5,9 @@
 
 Each record is re-attacked alone from its stored key path, attack config and threat
 model, on the checkpoint whose hash it names, and compared as the study's replay check
-does (`evaluation.replay_check`: every decision equal, loss and norms within a relative
-1e-5, since another CPU's kernels round the last float bits differently); each line says
-identical, agrees within tolerance or DIFFERS, with the differing fields. Exit status 0
+does (`evaluation.replay_check`: every decision equal; the loss and norms may differ, since
+another CPU's kernels round the last float bits differently); each line says identical,
+same decisions or DIFFERS, with the differing fields. Exit status 0
 when every replayed record agrees, 1 otherwise, 2 for bad input.
 """
 
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
         }
         ok = replay_check([again], [record], "").passed
         agree += ok
-        verdict = "identical" if not diff else ("agrees within tolerance" if ok else "DIFFERS")
+        verdict = "identical" if not diff else ("same decisions" if ok else "DIFFERS")
         print(
             f"{record.model} {record.attack} eps {record.eps * 255:g}/255 case {record.case_id}: "
             + verdict
