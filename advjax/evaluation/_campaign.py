@@ -234,11 +234,12 @@ def replay_record(
     y: int,
     source_fn: LogitsFn | None = None,
     source_hash: str | None = None,
+    on_x_adv: Callable[[dict], None] | None = None,
 ) -> CaseRecord:
     """Re-run one record's case alone from its key path and configs; return the new record.
 
     Equal to `record` (compare `to_dict()`) when the model, attack and threat model are
-    the ones that wrote it.
+    the ones that wrote it. `on_x_adv`, if given, receives `{case_id: returned input}`.
 
     Raises:
       ValueError: the record's attack config or threat-model hash differ from the ones given.
@@ -268,6 +269,7 @@ def replay_record(
         case_ids=np.asarray([record.case_id]),
         eps=record.eps,
         group_path=record.key_path[:-1],
+        on_x_adv=on_x_adv,
     )
     (new,) = out
     return new

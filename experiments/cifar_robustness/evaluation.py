@@ -20,16 +20,13 @@ from advjax.evaluation import (
     AttackSpec,
     CaseRecord,
     Check,
-    ListLog,
     ThreatModel,
     aggregate_records,
-    attack_group,
     decide,
     find_group,
     format_decision,
     format_eps,
     load_policy,
-    make_program,
     run_attack,
     run_checks,
     run_summary,
@@ -38,6 +35,7 @@ from advjax.evaluation import (
 from advjax.evaluation import _metrics as metrics
 from advjax.io import RecordLog, atomic_write_json, atomic_write_npz, load_logits_fn
 from experiments.cifar_robustness.config import StudyConfig
+from experiments.cifar_robustness.replay_evidence import replay_examples
 
 ATTACK_SECONDS_FILE = "attack_seconds.json"
 """Wall seconds of attack compute per model and attack, summed over the invocations that
@@ -119,69 +117,6 @@ def start_point_zero_gradients(logits_fn, x, y, batch_size: int = 250) -> float:
         for i in range(0, len(y), batch_size)
     ]
     return zero_gradient_fraction(np.concatenate(grads))
-
-
-def replay_examples(
-    log: RecordLog, records: dict, *, threat_model, spec, model, mhash, logits_fn, x, y, ids, eps
-):
-    """Re-run the first cases of one group alone; return (x_adv, replayed records, check).
-
-    The replayed records must agree with the stored ones (`replay_check`); the adversarial inputs
-    are kept for the report's example figure.
-    """
-    kept: dict[int, np.ndarray] = {}
-
-    replayed: list = []
-    attack_group(
-        ListLog(replayed),
-        make_program(logits_fn, spec),
-        threat_model=threat_model,
-        spec=spec,
-        attack_hash=spec.config_hash(),
-        model=model,
-        model_hash=mhash,
-        x=x,
-        y=y,
-        case_ids=ids,
-        eps=eps,
-        group_path=records[int(ids[0])].key_path[:-1],
-        on_x_adv=kept.update,
-    )
-    check = replay_check(
-        replayed,
-        [records[r.case_id] for r in replayed],
-        f"{model}/{spec.name} eps {format_eps(eps)}",
-    )
-    return np.stack([kept[int(i)] for i in ids]), replayed, check
-
-
-MEASURED_FIELDS = ("final_loss", "linf", "l2")
-"""Fields measured in floats: on another CPU, XLA's kernels round differently in the last bits,
-and over PGD's steps that can move an iterate (a pixel's gradient sign flips near zero)
-without changing any decision; the replay check reports them and gates on the rest."""
-
-
-def replay_check(replayed, stored, where: str) -> Check:
-    """`replay_reproduces_records[where]`: every replayed record equals its stored one in
-    every decision (predictions, status, break step and restart, queries, provenance), from
-    which every number of the run is computed. The evidence counts the bit-identical records
-    (all of them on the machine that wrote them) and the largest relative difference in the
-    loss and the perturbation norms."""
-    agree, identical, worst = 0, 0, 0.0
-    for new, old in zip(replayed, stored, strict=True):
-        a, b = new.to_dict(), old.to_dict()
-        identical += a == b
-        agree += all(a[k] == b[k] for k in a if k not in MEASURED_FIELDS)
-        worst = max([worst] + [abs(a[k] - b[k]) / max(abs(b[k]), 1e-12) for k in MEASURED_FIELDS
-                               if np.isfinite(a[k]) and np.isfinite(b[k])])  # fmt: skip
-    n = len(stored)
-    return Check(
-        f"replay_reproduces_records[{where}]",
-        agree == n,
-        f"{agree} of {n} records re-run alone from their key paths make every decision the "
-        f"stored one made, {identical} of {n} bit-identical; largest relative difference in "
-        f"loss and norms {worst:.1e}",
-    )
 
 
 def evaluate_model(

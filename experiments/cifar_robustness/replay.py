@@ -5,9 +5,10 @@
 
 Each record is re-attacked alone from its stored key path, attack config and threat
 model, on the checkpoint whose hash it names, and compared as the study's replay check
-does (`evaluation.replay_check`: every decision equal; the loss and norms may differ, since
-another CPU's kernels round the last float bits differently); each line says identical,
-same decisions or DIFFERS, with the differing fields. Exit status 0
+does (`replay_evidence.replay_check`: every decision equal, or different only at a tie on the
+decision boundary; the loss and norms may differ, since another CPU's kernels round the last
+float bits differently); each line says identical, same decisions, differs at a tie or
+DIFFERS, with the differing fields. Exit status 0
 when every replayed record agrees, 1 otherwise, 2 for bad input.
 """
 
@@ -16,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 
 from advjax import backend
@@ -23,7 +25,7 @@ from advjax.data import load_cifar10
 from advjax.evaluation import AttackSpec, CaseRecord, ThreatModel, replay_record
 from advjax.io import load_logits_fn, read_records, record_file
 from advjax.train import to_float
-from experiments.cifar_robustness.evaluation import replay_check
+from experiments.cifar_robustness.replay_evidence import logit_margins, replay_check
 
 
 def _spec(results: dict, attack: str) -> AttackSpec:
@@ -36,8 +38,9 @@ def _spec(results: dict, attack: str) -> AttackSpec:
     )
 
 
-def replay(run: Path, record: CaseRecord, results: dict, data) -> CaseRecord:
-    """The record re-run alone on the run's checkpoint."""
+def replay(run: Path, record: CaseRecord, results: dict, data) -> tuple[CaseRecord, float]:
+    """The record re-run alone on the run's checkpoint, and the logit margin
+    (`replay_evidence.logit_margins`) at the input it returned."""
     threat_model = ThreatModel.from_dict(results["threat_model"])
     spec = _spec(results, record.attack)
     logits_fn, mhash = load_logits_fn(run / "checkpoints" / f"{record.model}.msgpack")
@@ -50,16 +53,21 @@ def replay(run: Path, record: CaseRecord, results: dict, data) -> CaseRecord:
         source_fn, source_hash = load_logits_fn(run / "checkpoints" / f"{spec.source}.msgpack")
     index = results["data"]["eval_indices"][record.case_id]
     x = np.asarray(to_float(data.test_images[index : index + 1]))[0]
-    return replay_record(
+    y = int(data.test_labels[index])
+    kept: dict = {}
+    again = replay_record(
         record,
         threat_model=threat_model,
         spec=spec,
         logits_fn=logits_fn,
         x=x,
-        y=int(data.test_labels[index]),
+        y=y,
         source_fn=source_fn,
         source_hash=source_hash,
+        on_x_adv=kept.update,
     )
+    logits = np.asarray(logits_fn(jnp.asarray(kept[record.case_id][None])))
+    return again, float(logit_margins(logits, np.array([y]))[0])
 
 
 def main(argv=None) -> int:
@@ -71,7 +79,8 @@ def main(argv=None) -> int:
         "--run", default="results", help="the run's folder (results.json, records.jsonl)"
     )
     p.add_argument("--line", type=int, action="append", default=[], help="1-based record line")
-    p.add_argument("--model"), p.add_argument("--attack"), p.add_argument("--case", type=int)
+    p.add_argument("--model"), p.add_argument("--attack")
+    p.add_argument("--case", type=int, action="append", default=[], help="case id (repeatable)")
     p.add_argument("--eps", type=float, help="eps in /255")
     p.add_argument("--data-dir", default=None)
     args = p.parse_args(argv)
@@ -80,11 +89,12 @@ def main(argv=None) -> int:
         results = json.loads((run / "results.json").read_text())
         records = read_records(record_file(run))
         chosen = [records[n - 1] for n in args.line]
-        if args.case is not None:
+        if args.case:
             chosen += [
                 r
                 for r in records
-                if (r.model, r.attack, r.case_id) == (args.model, args.attack, args.case)
+                if (r.model, r.attack) == (args.model, args.attack)
+                and r.case_id in args.case
                 and abs(r.eps * 255 - args.eps) < 1e-6
             ]
         if not chosen:
@@ -95,15 +105,24 @@ def main(argv=None) -> int:
         return 2
     agree = 0
     for record in chosen:
-        again = replay(run, record, results, data)
+        again, margin = replay(run, record, results, data)
         diff = {
             k: (v, again.to_dict()[k])
             for k, v in record.to_dict().items()
             if again.to_dict()[k] != v
         }
-        ok = replay_check([again], [record], "").passed
+        same = replay_check([again], [record], "").passed
+        ok = replay_check([again], [record], "", [margin]).passed
         agree += ok
-        verdict = "identical" if not diff else ("same decisions" if ok else "DIFFERS")
+        verdict = (
+            "identical"
+            if not diff
+            else "same decisions"
+            if same
+            else f"differs at a tie (margin {margin:+.1e})"
+            if ok
+            else "DIFFERS"
+        )
         print(
             f"{record.model} {record.attack} eps {record.eps * 255:g}/255 case {record.case_id}: "
             + verdict
