@@ -116,6 +116,7 @@ def save_checkpoint(
             "num_classes": model.num_classes,
             "dropout_rate": model.dropout_rate,
             "activation": model.activation,
+            **({} if model.width == 1 else {"width": model.width}),  # absent: the study's
         },
         "variables": jax.tree.map(np.asarray, serialization.to_state_dict(dict(variables))),
         "metadata": dict(metadata or {}),
@@ -172,6 +173,7 @@ def _model_from_spec(path: Path, spec: Mapping[str, Any]) -> CompactCNN:
             num_classes=int(spec["num_classes"]),
             dropout_rate=float(spec["dropout_rate"]),
             activation=str(spec.get("activation", "relu")),  # absent: the ReLU model
+            width=int(spec.get("width", 1)),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"checkpoint {path} has an invalid model section: {e}") from e

@@ -6,6 +6,7 @@ from advjax.model._cnn import (
     CIFAR10_STD,
     CompactCNN,
     check_activation,
+    check_width,
     eval_logits_fn,
 )
 from advjax.model._layers import (
@@ -16,6 +17,7 @@ from advjax.model._layers import (
 __all__ = [
     "ACTIVATIONS",
     "check_activation",
+    "check_width",
     "CIFAR10_MEAN",
     "CIFAR10_STD",
     "CompactCNN",

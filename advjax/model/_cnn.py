@@ -70,6 +70,12 @@ def check_activation(name: str) -> None:
         raise ValueError(f"activation={name!r} must be one of {tuple(ACTIVATIONS)}")
 
 
+def check_width(width) -> None:
+    """Raises ValueError unless `width` is an integer >= 1."""
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ValueError(f"width={width!r} must be an integer >= 1")
+
+
 class ConvBNReLU(nn.Module):
     """Conv3x3 -> BatchNorm -> activation (ReLU unless told otherwise).
 
@@ -92,15 +98,18 @@ class CompactCNN(nn.Module):
 
     Takes NHWC pixels in [0, 1]; the CIFAR-10 mean/std normalisation happens inside, so an
     attack's eps is always in pixel units. `activation` (ReLU by default) follows every conv
-    block and the dense128 layer.
+    block and the dense128 layer. `width` multiplies every layer's channels and the dense
+    layer's units (2: about 4x the parameters), a capacity diagnostic; the study's model is 1.
     """
 
     num_classes: int = NUM_CLASSES
     dropout_rate: float = 0.5
     activation: str = "relu"
+    width: int = 1
 
     def __post_init__(self):
         check_activation(self.activation)
+        check_width(self.width)
         super().__post_init__()
 
     @nn.compact
@@ -111,10 +120,10 @@ class CompactCNN(nn.Module):
         x = (x - mean) / std
         for features, convs in ((32, 2), (64, 2), (128, 1)):
             for _ in range(convs):
-                x = ConvBNReLU(features, self.activation)(x, train)
+                x = ConvBNReLU(features * self.width, self.activation)(x, train)
             x = max_pool_2x2(x)
         x = x.reshape(x.shape[0], -1)
-        x = ACTIVATIONS[self.activation](_dense(x, 128))
+        x = ACTIVATIONS[self.activation](_dense(x, 128 * self.width))
         x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
         return _dense(x, self.num_classes)
 

@@ -1,11 +1,18 @@
 """Training: config and state, pure steps (standard, FGSM, FGSM-RS, PGD, TRADES),
-augmentation, the catastrophic-overfitting sentinel, the epoch loop and data parallelism.
+augmentation, the catastrophic-overfitting sentinel, the epoch loop, weight averaging and data
+parallelism.
 """
 
 from advjax.train._augment import (
     augment,
     crop_and_flip,
     to_float,
+)
+from advjax.train._ema import (
+    BN_RECOMPUTE_BATCHES,
+    ema_decay_at,
+    ema_update,
+    recompute_batch_stats,
 )
 from advjax.train._loop import (
     FitResult,
@@ -59,6 +66,7 @@ from advjax.train._steps import (
 __all__ = [
     "ADV_DEFAULTS",
     "augment",
+    "BN_RECOMPUTE_BATCHES",
     "Batch",
     "batch_sharding",
     "check_batch",
@@ -68,6 +76,8 @@ __all__ = [
     "crop_and_flip",
     "DATA_AXIS",
     "data_mesh",
+    "ema_decay_at",
+    "ema_update",
     "eval_step",
     "evaluate",
     "fgsm_rs_train_step",
@@ -82,6 +92,7 @@ __all__ = [
     "pgd_accuracy",
     "pgd_train_step",
     "random_start_pgd",
+    "recompute_batch_stats",
     "replicate",
     "replicated",
     "SELECTION_CRITERIA",

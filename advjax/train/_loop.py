@@ -13,12 +13,14 @@ import numpy as np
 from jax.sharding import Mesh
 
 from advjax.io._progress import Progress
+from advjax.train._ema import BN_RECOMPUTE_BATCHES, ema_decay_at, ema_update, recompute_batch_stats
 from advjax.train._sentinel import SentinelConfig, collapse_flags, make_probe
 from advjax.train._sharding import check_batch_size, replicate, sharded_train_step
 from advjax.train._state import TrainConfig, create_train_state, make_train_step, train_step_fn
 from advjax.train._steps import Batch, TrainState, eval_step
 
 _PROGRESS_EVERY = 20  # steps between progress updates; each one waits for the device
+_BN_STREAM = 7  # fold_in of the run's key for the averaged weights' batch-statistics batches
 
 
 class FitResult(NamedTuple):
@@ -82,6 +84,12 @@ def fit(
 
     With `init` (`{"params": ..., "batch_stats": ...}` of a trained CompactCNN) training
     fine-tunes those weights instead of a fresh initialisation, with a fresh optimiser.
+
+    With `config.ema_decay`, an exponential moving average of the weights is updated after
+    every step (`advjax.train.ema_update`), and at every epoch's end its batch statistics are
+    recomputed on `BN_RECOMPUTE_BATCHES` training batches (`recompute_batch_stats`, keys from
+    their own stream); validation, the sentinel, selection and the returned state use the
+    averaged model, and the history adds the live weights' `live_val_accuracy`.
     """
     n = len(train.labels)
     steps_per_epoch = n // config.batch_size
@@ -99,6 +107,9 @@ def fit(
         train_step = sharded_train_step(train_step_fn(config), mesh)
         state = replicate(mesh, state)
     images, labels = jnp.asarray(train.images), jnp.asarray(train.labels)
+    ema = None if config.ema_decay is None else jax.tree.map(jnp.copy, state.params)
+    recompute_step = None if ema is None else jax.jit(train_step_fn(config))
+    bn_key = jax.random.fold_in(key, _BN_STREAM)
     probe = None if sentinel is None else make_probe(sentinel, config.adv_eps, train, val)
     select_by = "val_accuracy" if sentinel is None else sentinel.select_by
     history, best, best_epoch, best_acc, best_score = [], None, -1, -1.0, -1.0
@@ -111,6 +122,9 @@ def fit(
             idx = order[i * config.batch_size : (i + 1) * config.batch_size]
             key_i = jax.random.fold_in(jax.random.fold_in(step_key, epoch), i)
             state, metrics = train_step(state, Batch(images[idx], labels[idx]), key_i)
+            if ema is not None:
+                decay = ema_decay_at(epoch * steps_per_epoch + i, config.ema_decay)
+                ema = ema_update(ema, state.params, decay)
             sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
             if (i + 1) % _PROGRESS_EVERY == 0 or i + 1 == steps_per_epoch:
                 bar.update(i + 1 - bar.count, postfix=f"loss {float(sums['loss']) / (i + 1):.3f}")
@@ -119,11 +133,20 @@ def fit(
             "epoch": epoch + 1,
             **{f"train_{k}": float(v) / steps_per_epoch for k, v in jax.device_get(sums).items()},
         }
-        val_metrics = evaluate(state, val.images, val.labels)
+        scored = state
+        if ema is not None:
+            record["live_val_accuracy"] = evaluate(state, val.images, val.labels)["accuracy"]
+            scored = state.replace(
+                params=ema,
+                batch_stats=recompute_batch_stats(
+                    recompute_step, state, ema, _bn_batches(bn_key, epoch, images, labels, config)
+                ),
+            )
+        val_metrics = evaluate(scored, val.images, val.labels)
         record.update(val_accuracy=val_metrics["accuracy"], val_loss=val_metrics["loss"])
         collapsed = False
         if probe is not None:
-            record.update(probe(state))
+            record.update(probe(scored))
             flags = collapse_flags(
                 [r["probe_pgd_accuracy"] for r in (*history, record)],
                 max_drop=sentinel.max_drop,
@@ -135,7 +158,7 @@ def fit(
         log(_epoch_line(name, epoch, config.epochs, record, val_metrics))
         if not collapsed and record[select_by] > best_score:
             best_score, best_acc, best_epoch = record[select_by], record["val_accuracy"], epoch + 1
-            best = jax.device_get((state.params, state.batch_stats))
+            best = jax.device_get((scored.params, scored.batch_stats))
         if collapsed and sentinel.stop_on_collapse:
             log(f"{name}: catastrophic overfitting flagged at epoch {epoch + 1}; stopping")
             break
@@ -143,6 +166,16 @@ def fit(
     return FitResult(
         state.replace(params=params, batch_stats=batch_stats), history, best_epoch, best_acc
     )
+
+
+def _bn_batches(key: jax.Array, epoch: int, images, labels, config: TrainConfig):
+    """The (batch, key) pairs on which an epoch's averaged weights get their statistics."""
+    order_key, step_key = jax.random.split(jax.random.fold_in(key, epoch))
+    order = jax.random.permutation(order_key, len(labels))
+    steps = min(BN_RECOMPUTE_BATCHES, len(labels) // config.batch_size)
+    for j in range(steps):
+        idx = order[j * config.batch_size : (j + 1) * config.batch_size]
+        yield Batch(images[idx], labels[idx]), jax.random.fold_in(step_key, j)
 
 
 def _with_weights(state: TrainState, init: dict) -> TrainState:

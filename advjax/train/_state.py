@@ -13,7 +13,7 @@ import optax
 
 from advjax.attacks._checks import check_eps
 from advjax.io._checkpoint import load_checkpoint, save_checkpoint
-from advjax.model._cnn import CompactCNN, check_activation
+from advjax.model._cnn import CompactCNN, check_activation, check_width
 from advjax.train._steps import (
     Batch,
     TrainState,
@@ -54,6 +54,10 @@ class TrainConfig:
         as in their papers).
       trades_beta: weight of the TRADES KL term (6.0, Zhang et al. 2019).
       activation: the CNN's activation, a name in `advjax.model.ACTIVATIONS`.
+      width: the CNN's channel multiplier (`advjax.model.CompactCNN.width`; 1 is the study's).
+      ema_decay: if set, `fit` also keeps an exponential moving average of the weights with
+        this decay (e.g. 0.999) and validates, selects and returns the averaged weights, with
+        their batch-norm statistics recomputed (Gowal et al. 2020).
       augment_pad: zero padding of the random crop (4, the CIFAR standard; 0 makes the
         crop the identity, leaving the random flip alone).
     """
@@ -65,6 +69,8 @@ class TrainConfig:
     weight_decay: float = 5e-4
     dropout_rate: float = 0.5
     activation: str = "relu"
+    width: int = 1
+    ema_decay: float | None = None
     adv_eps: float = 8 / 255
     augment: bool = True
     augment_pad: int = 4
@@ -90,6 +96,11 @@ class TrainConfig:
                 f"weight_decay={self.weight_decay} >= 0"
             )
         check_activation(self.activation)
+        check_width(self.width)
+        if self.ema_decay is not None and not (
+            isinstance(self.ema_decay, float) and 0 < self.ema_decay < 1
+        ):
+            raise ValueError(f"ema_decay={self.ema_decay!r} must be None or a float in (0, 1)")
         check_eps(self.adv_eps)
         self._check_adv_settings()
 
@@ -126,7 +137,9 @@ def make_optimizer(config: TrainConfig, total_steps: int) -> optax.GradientTrans
 
 def make_model(config: TrainConfig) -> CompactCNN:
     """The CompactCNN that `config` trains (and that its checkpoint must record)."""
-    return CompactCNN(dropout_rate=config.dropout_rate, activation=config.activation)
+    return CompactCNN(
+        dropout_rate=config.dropout_rate, activation=config.activation, width=config.width
+    )
 
 
 def create_train_state(key: jax.Array, config: TrainConfig, total_steps: int) -> TrainState:

@@ -39,6 +39,8 @@ class ModelSpec:
     learning_rate: float | None = None  # None: the study's
     adv_steps: int | None = None  # None: the mode's default (advjax.train.ADV_DEFAULTS)
     activation: str | None = None  # None: ReLU (advjax.model.ACTIVATIONS)
+    width: int | None = None  # None: the study's CNN (1); 2 doubles every layer's channels
+    ema_decay: float | None = None  # None: no weight averaging (advjax.train.TrainConfig)
 
     def __post_init__(self):
         where = f"models.{self.name}"
@@ -54,6 +56,10 @@ class ModelSpec:
             not isinstance(self.augment_pad, int) or self.augment_pad < 0
         ):
             raise ValueError(f"{where}.augment_pad={self.augment_pad!r} must be an integer >= 0")
+        if self.width is not None:
+            _positive(f"{where}.width", self.width)
+        if self.ema_decay is not None and not 0 < self.ema_decay < 1:
+            raise ValueError(f"{where}.ema_decay={self.ema_decay!r} must be in (0, 1)")
 
     def to_dict(self) -> dict:
         """Fields for hashing; the optional ones only when set (keeps older digests valid)."""
@@ -66,6 +72,8 @@ class ModelSpec:
             "learning_rate",
             "adv_steps",
             "activation",
+            "width",
+            "ema_decay",
         ):
             if d[optional] is None:
                 d.pop(optional)

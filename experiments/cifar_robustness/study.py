@@ -50,6 +50,8 @@ def train_config(config: StudyConfig, spec: ModelSpec) -> TrainConfig:
         augment_pad=4 if spec.augment_pad is None else spec.augment_pad,
         adv_steps=spec.adv_steps,
         activation="relu" if spec.activation is None else spec.activation,
+        width=1 if spec.width is None else spec.width,
+        ema_decay=spec.ema_decay,
     )
 
 
