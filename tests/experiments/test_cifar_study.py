@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -385,6 +386,42 @@ def test_the_silu_model_differs_from_its_control_in_the_activation_alone():
     assert profile("default").model_digest(PGD_CONTINUE_NODROP) == "c4cba2af72b5b945"
     assert study.train_config(config, PGD_CONTINUE_SILU).activation == "silu"
     assert study.train_config(config, PGD_CONTINUE_NODROP).activation == "relu"
+
+
+def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
+    """The robust_cnn profile's candidates: the from-scratch PGD-5-AT SiLU recipe, the same
+    with weight averaging, and the averaged recipe with doubled widths; the averaging and
+    the width reach the training config; the policy, declared before training, names a
+    candidate and rolls back against another; the research models' digests are unchanged
+    by the new fields."""
+    import dataclasses
+
+    from advjax.evaluation import load_policy
+    from experiments.cifar_robustness import study
+    from experiments.cifar_robustness.config import (
+        PGD_CONTINUE_NODROP,
+        PGD_SILU_SCRATCH,
+        PGD_SILU_SCRATCH_EMA,
+        PGD_SILU_SCRATCH_WIDE,
+        PROFILE_POLICIES,
+    )
+
+    config = profile("robust_cnn")
+    assert config.models == (PGD_SILU_SCRATCH, PGD_SILU_SCRATCH_EMA, PGD_SILU_SCRATCH_WIDE)
+    assert dataclasses.replace(
+        PGD_SILU_SCRATCH_EMA, name=PGD_SILU_SCRATCH.name, label=PGD_SILU_SCRATCH.label,
+        ema_decay=None,
+    ) == PGD_SILU_SCRATCH  # fmt: skip
+    assert PGD_SILU_SCRATCH_WIDE.width == 2 and PGD_SILU_SCRATCH_EMA.width is None
+    trained = {m.name: study.train_config(config, m) for m in config.models}
+    assert trained["pgd_silu_scratch"].ema_decay is None
+    assert trained["pgd_silu_scratch_ema"].ema_decay == 0.999
+    assert trained["pgd_silu_scratch_wide"].width == 2
+    assert len({config.model_digest(m) for m in config.models}) == 3
+    policy, _ = load_policy(Path(study.__file__).parent / PROFILE_POLICIES["robust_cnn"])
+    names = {m.name for m in config.models}
+    assert set(policy["models"]) <= names and policy["rollback_below"]["baseline_model"] in names
+    assert config.model_digest(PGD_CONTINUE_NODROP) == "c4cba2af72b5b945"
 
 
 def test_train_phase_trains_or_reuses_the_parent_and_fine_tunes_from_its_weights(
