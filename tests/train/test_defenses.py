@@ -138,18 +138,19 @@ class GeneratorVariantsTest(chex.TestCase):
 
 
 def test_new_fields_default_to_none_and_old_configs_are_unchanged():
-    """Existing configs keep every old field's value (augment_pad's default 4 is the crop
-    and activation's default ReLU the activation they always used); the adversarial ones are
-    None (mode defaults), and each mode resolves to its paper's settings."""
+    """Existing configs keep every old field's value (augment_pad's default 4 is the crop,
+    activation's default ReLU the activation and width 1 the CNN they always used); the
+    adversarial ones and the weight averaging are None (mode defaults, no averaging), and
+    each mode resolves to its paper's settings."""
     old = {
         "mode": "standard", "epochs": 12, "batch_size": 128, "learning_rate": 1e-3,
         "weight_decay": 5e-4, "dropout_rate": 0.5, "adv_eps": 8 / 255, "augment": True,
-        "seed": 42, "augment_pad": 4, "activation": "relu",
+        "seed": 42, "augment_pad": 4, "activation": "relu", "width": 1,
     }  # fmt: skip
     d = dataclasses.asdict(TrainConfig())
     assert {k: d[k] for k in old} == old
     assert {k: v for k, v in d.items() if k not in old} == dict.fromkeys(
-        ("adv_steps", "adv_step_fraction", "adv_mix", "trades_beta")
+        ("adv_steps", "adv_step_fraction", "adv_mix", "trades_beta", "ema_decay")
     )
     assert TrainConfig().adv_settings() == {}
     assert TrainConfig(mode="fgsm").adv_settings() == {"adv_mix": True}
