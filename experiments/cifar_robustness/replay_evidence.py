@@ -5,6 +5,7 @@ check that every record makes the decision the stored one made (`replay_reproduc
 import jax.numpy as jnp
 import numpy as np
 
+from advjax.attacks import per_example_margin
 from advjax.evaluation import Check, ListLog, attack_group, format_eps, make_program
 from advjax.io import RecordLog
 
@@ -35,11 +36,11 @@ def replay_examples(
         group_path=records[int(ids[0])].key_path[:-1],
         on_x_adv=kept.update,
     )
-    x_adv = {r.case_id: kept[r.case_id] for r in replayed}
-    labels = {int(i): int(label) for i, label in zip(ids, y, strict=True)}
+    order = [r.case_id for r in replayed]
+    labels = dict(zip(np.asarray(ids).tolist(), np.asarray(y).tolist(), strict=True))
     margins = logit_margins(
-        np.asarray(logits_fn(jnp.asarray(np.stack([x_adv[r.case_id] for r in replayed])))),
-        np.array([labels[r.case_id] for r in replayed]),
+        logits_fn(jnp.asarray(np.stack([kept[i] for i in order]))),
+        np.array([labels[i] for i in order]),
     )
     check = replay_check(
         replayed,
@@ -61,14 +62,12 @@ TIE_TOLERANCE = 1e-3
 true-class logit is within this fraction of its logit range of the largest other logit."""
 
 
-def logit_margins(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Per case (true-class logit - largest other logit) / (largest - smallest logit)."""
-    logits = np.asarray(logits, np.float64)
-    rows = np.arange(len(labels))
-    true = logits[rows, labels]
-    other = np.where(np.eye(logits.shape[1], dtype=bool)[labels], -np.inf, logits).max(axis=1)
-    spread = np.maximum(logits.max(axis=1) - logits.min(axis=1), 1e-12)
-    return (true - other) / spread
+def logit_margins(logits, labels) -> np.ndarray:
+    """Per case (true-class logit - largest other logit) / (largest - smallest logit): minus
+    `advjax.attacks.per_example_margin`, in units of the case's logit range."""
+    logits, labels = jnp.asarray(logits), jnp.asarray(labels)
+    spread = jnp.maximum(logits.max(axis=1) - logits.min(axis=1), 1e-12)
+    return np.asarray(-per_example_margin(logits, labels) / spread)
 
 
 def replay_check(replayed, stored, where: str, margins=None) -> Check:
