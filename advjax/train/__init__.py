@@ -1,6 +1,6 @@
 """Training: config and state, pure steps (standard, FGSM, FGSM-RS, PGD, TRADES),
-augmentation, the catastrophic-overfitting sentinel, the epoch loop, weight averaging and data
-parallelism.
+augmentation, the catastrophic-overfitting sentinel, the epoch loop and its resumable
+progress, weight averaging and data parallelism.
 """
 
 from advjax.train._augment import (
@@ -18,6 +18,12 @@ from advjax.train._loop import (
     FitResult,
     evaluate,
     fit,
+)
+from advjax.train._resume import (
+    FIT_PROGRESS_FORMAT,
+    FitProgress,
+    load_fit_progress,
+    save_fit_progress,
 )
 from advjax.train._sentinel import (
     SELECTION_CRITERIA,
@@ -83,7 +89,10 @@ __all__ = [
     "fgsm_rs_train_step",
     "fgsm_train_step",
     "fit",
+    "FIT_PROGRESS_FORMAT",
+    "FitProgress",
     "FitResult",
+    "load_fit_progress",
     "make_model",
     "make_optimizer",
     "make_probe",
@@ -99,6 +108,7 @@ __all__ = [
     "SentinelConfig",
     "shard_batch",
     "sharded_eval",
+    "save_fit_progress",
     "sharded_train_step",
     "standard_train_step",
     "subset_indices",

@@ -14,6 +14,7 @@ from jax.sharding import Mesh
 
 from advjax.io._progress import Progress
 from advjax.train._ema import BN_RECOMPUTE_BATCHES, ema_decay_at, ema_update, recompute_batch_stats
+from advjax.train._resume import FitProgress
 from advjax.train._sentinel import SentinelConfig, collapse_flags, make_probe
 from advjax.train._sharding import check_batch_size, replicate, sharded_train_step
 from advjax.train._state import TrainConfig, create_train_state, make_train_step, train_step_fn
@@ -62,6 +63,8 @@ def fit(
     sentinel: SentinelConfig | None = None,
     mesh: Mesh | None = None,
     init: dict | None = None,
+    resume: FitProgress | None = None,
+    on_epoch: Callable[[FitProgress], None] | None = None,
 ) -> FitResult:
     """Train a CompactCNN per `config`; keep the epoch with the best validation accuracy.
 
@@ -90,6 +93,10 @@ def fit(
     recomputed on `BN_RECOMPUTE_BATCHES` training batches (`recompute_batch_stats`, keys from
     their own stream); validation, the sentinel, selection and the returned state use the
     averaged model, and the history adds the live weights' `live_val_accuracy`.
+
+    After every epoch `on_epoch` receives the loop's `FitProgress` (e.g. for
+    `save_fit_progress`); `resume` (such a progress of the same config and data, e.g. from
+    `load_fit_progress`) continues after its epoch, exactly as the uninterrupted run would.
     """
     n = len(train.labels)
     steps_per_epoch = n // config.batch_size
@@ -98,7 +105,9 @@ def fit(
     key = jax.random.key(config.seed)
     init_key, shuffle_key, step_key = jax.random.split(key, 3)
     state = create_train_state(init_key, config, config.epochs * steps_per_epoch)
-    if init is not None:
+    if resume is not None:
+        state = resume.state
+    elif init is not None:
         state = _with_weights(state, init)
     if mesh is None:
         train_step = make_train_step(config)
@@ -108,12 +117,26 @@ def fit(
         state = replicate(mesh, state)
     images, labels = jnp.asarray(train.images), jnp.asarray(train.labels)
     ema = None if config.ema_decay is None else jax.tree.map(jnp.copy, state.params)
+    if resume is not None:
+        ema = None if resume.ema is None else jax.tree.map(jnp.asarray, resume.ema)
+        if (ema is None) != (config.ema_decay is None):
+            raise ValueError("resume: its weight averaging does not match config.ema_decay")
     recompute_step = None if ema is None else jax.jit(train_step_fn(config))
     bn_key = jax.random.fold_in(key, _BN_STREAM)
     probe = None if sentinel is None else make_probe(sentinel, config.adv_eps, train, val)
     select_by = "val_accuracy" if sentinel is None else sentinel.select_by
     history, best, best_epoch, best_acc, best_score = [], None, -1, -1.0, -1.0
-    for epoch in range(config.epochs):
+    first_epoch = 0
+    if resume is not None:
+        history, best = list(resume.history), resume.best
+        best_epoch, best_acc, best_score = (
+            resume.best_epoch,
+            resume.best_accuracy,
+            resume.best_score,
+        )
+        stopped = bool(history) and history[-1].get("collapse") and sentinel.stop_on_collapse
+        first_epoch = config.epochs if stopped else resume.epoch
+    for epoch in range(first_epoch, config.epochs):
         started = time.perf_counter()
         order = jax.random.permutation(jax.random.fold_in(shuffle_key, epoch), n)
         bar = Progress(steps_per_epoch, f"{name} epoch {epoch + 1}/{config.epochs}", show_progress)
@@ -159,6 +182,12 @@ def fit(
         if not collapsed and record[select_by] > best_score:
             best_score, best_acc, best_epoch = record[select_by], record["val_accuracy"], epoch + 1
             best = jax.device_get((scored.params, scored.batch_stats))
+        if on_epoch is not None:
+            on_epoch(
+                FitProgress(
+                    epoch + 1, state, ema, list(history), best, best_epoch, best_acc, best_score
+                )
+            )
         if collapsed and sentinel.stop_on_collapse:
             log(f"{name}: catastrophic overfitting flagged at epoch {epoch + 1}; stopping")
             break

@@ -20,7 +20,17 @@ from advjax.io import (
     record_file,
     save_checkpoint,
 )
-from advjax.train import Batch, SentinelConfig, TrainConfig, fit, make_model, to_float
+from advjax.train import (
+    Batch,
+    SentinelConfig,
+    TrainConfig,
+    create_train_state,
+    fit,
+    load_fit_progress,
+    make_model,
+    save_fit_progress,
+    to_float,
+)
 from experiments.cifar_robustness.config import REFERENCE_RESULTS, ModelSpec, StudyConfig
 from experiments.cifar_robustness.evaluation import (
     RECORDS_FILE,
@@ -73,7 +83,9 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
     """Train one model unless a checkpoint of this exact config exists; return its path.
 
     A fine-tuned model (`spec.init_from`) starts from its parent's checkpoint, trained
-    (or reused) first under the same rule.
+    (or reused) first under the same rule. After every epoch the loop's state is written
+    beside the checkpoint (`progress_path`), so an interrupted run resumes after its last
+    finished epoch; the file goes once the checkpoint is written.
     """
     path = out / "checkpoints" / f"{spec.name}.msgpack"
     digest = config.model_digest(spec)
@@ -92,6 +104,16 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
         parent = train_phase(config, spec.init_from, data, splits, out, show_progress, log)
         init = read_checkpoint(parent)["variables"]
         log(f"[train] {spec.name}: starting from {parent}")
+    progress_file = progress_path(out, spec.name)
+    resume, earlier_seconds = None, 0.0
+    if progress_file.is_file():
+        steps = max(1, tc.epochs * (len(idx) // tc.batch_size))
+        template = create_train_state(jax.random.key(tc.seed), tc, steps)
+        resume = load_fit_progress(progress_file, template, tag=digest)
+        earlier_seconds = sum(r["seconds"] for r in resume.history)
+        log(
+            f"[train] {spec.name}: resuming after epoch {resume.epoch}/{tc.epochs} ({progress_file})"
+        )
     result = fit(
         tc,
         train,
@@ -101,8 +123,10 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
         name=spec.name,
         sentinel=sentinel,
         init=init,
+        resume=resume,
+        on_epoch=lambda progress: save_fit_progress(progress_file, progress, tag=digest),
     )
-    seconds = time.perf_counter() - started
+    seconds = time.perf_counter() - started + earlier_seconds
     variables = {"params": result.state.params, "batch_stats": result.state.batch_stats}
     metadata = {
         "config_digest": digest,
@@ -115,10 +139,17 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
         "train_size": len(idx),
         "train_fingerprint": fingerprint(train.images, train.labels),
         "seconds": seconds,
+        "resumed_after_epoch": None if resume is None else resume.epoch,
         "git_revision": git_state(Path(__file__).parent)["commit"],
     }
     save_checkpoint(path, make_model(tc), variables, metadata)
+    progress_file.unlink(missing_ok=True)
     return path
+
+
+def progress_path(out: Path, name: str) -> Path:
+    """Where model `name`'s unfinished training keeps its state between epochs."""
+    return out / "checkpoints" / f"{name}.progress.msgpack"
 
 
 def run_study(

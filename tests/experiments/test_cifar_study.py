@@ -494,3 +494,59 @@ def test_a_fine_tunes_train_time_adds_its_parents_and_names_a_missing_one():
     assert train_time(results, results["models"]["a"]) == "100"
     assert train_time(results, model(3.0, parent)) == "3 + 20 + 100 = 123"
     assert train_time({"models": {}}, model(3.0, parent)) == "3 + b (not in this run)"
+
+
+def test_training_interrupted_after_an_epoch_resumes_there_with_the_uninterrupted_weights(
+    tmp_path, monkeypatch
+):
+    """Ctrl-C during training keeps the finished epochs: the same call resumes after the last
+    one, ends with the weights and history of a run never interrupted, and removes its
+    progress file once the checkpoint is written."""
+    import jax
+    import numpy as np
+
+    from advjax.data import Cifar10
+    from experiments.cifar_robustness import study
+    from experiments.cifar_robustness.config import ModelSpec, StudyConfig
+
+    spec = ModelSpec("m", "standard", 40, 3, "m")
+    config = StudyConfig(
+        profile="t", train_size=40, val_size=20, eval_size=10, batch_size=20, models=(spec,),
+        surrogate=None,
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    data = Cifar10(
+        rng.integers(0, 256, (100, 32, 32, 3), dtype=np.uint8),
+        np.tile(np.arange(10, dtype=np.int32), 10),
+        rng.integers(0, 256, (20, 32, 32, 3), dtype=np.uint8),
+        np.tile(np.arange(10, dtype=np.int32), 2),
+        tuple(str(i) for i in range(10)),
+        "synthetic",
+    )
+    splits = study.study_splits(
+        data.train_labels, data.test_labels, train_size=40, val_size=20, eval_size=10, seed=0
+    )
+    lines = []
+    whole = study.train_phase(config, spec, data, splits, tmp_path / "whole", False, lines.append)
+    save = study.save_fit_progress
+
+    def save_then_interrupt(path, progress, *, tag):
+        save(path, progress, tag=tag)
+        if progress.epoch == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(study, "save_fit_progress", save_then_interrupt)
+    cut = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        study.train_phase(config, spec, data, splits, cut, False, lines.append)
+    assert study.progress_path(cut, "m").is_file()
+    monkeypatch.setattr(study, "save_fit_progress", save)
+    lines.clear()
+    resumed = study.train_phase(config, spec, data, splits, cut, False, lines.append)
+    assert any("resuming after epoch 2/3" in line for line in lines)
+    assert not study.progress_path(cut, "m").exists()
+    a, b = study.read_checkpoint(whole), study.read_checkpoint(resumed)
+    jax.tree.map(np.testing.assert_array_equal, a["variables"], b["variables"])
+    drop = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
+    assert drop(a["metadata"]["history"]) == drop(b["metadata"]["history"])
+    assert (a["metadata"]["resumed_after_epoch"], b["metadata"]["resumed_after_epoch"]) == (None, 2)
