@@ -170,7 +170,6 @@ def evaluate_model(
         if (r.model, r.attack, r.eps) == (spec.name, "pgd", top) and r.case_id < k
     }
     x_adv, replayed, replay_check = replay_examples(
-        log,
         stored,
         threat_model=threat_model,
         spec=pgd,

@@ -7,12 +7,9 @@ import numpy as np
 
 from advjax.attacks import per_example_margin
 from advjax.evaluation import Check, ListLog, attack_group, format_eps, make_program
-from advjax.io import RecordLog
 
 
-def replay_examples(
-    log: RecordLog, records: dict, *, threat_model, spec, model, mhash, logits_fn, x, y, ids, eps
-):
+def replay_examples(records: dict, *, threat_model, spec, model, mhash, logits_fn, x, y, ids, eps):
     """Re-run the first cases of one group alone; return (x_adv, replayed records, check).
 
     The replayed records must agree with the stored ones (`replay_check`); the adversarial inputs
