@@ -92,7 +92,9 @@ def fit(
     every step (`advjax.train.ema_update`), and at every epoch's end its batch statistics are
     recomputed on `BN_RECOMPUTE_BATCHES` training batches (`recompute_batch_stats`, keys from
     their own stream); validation, the sentinel, selection and the returned state use the
-    averaged model, and the history adds the live weights' `live_val_accuracy`.
+    averaged model, and the history adds the live weights' `live_val_accuracy` (and, with a
+    sentinel, their probe as `live_`-prefixed metrics), so one run also measures its weights
+    without averaging.
 
     After every epoch `on_epoch` receives the loop's `FitProgress` (e.g. for
     `save_fit_progress`); `resume` (such a progress of the same config and data, e.g. from
@@ -169,6 +171,8 @@ def fit(
         record.update(val_accuracy=val_metrics["accuracy"], val_loss=val_metrics["loss"])
         collapsed = False
         if probe is not None:
+            if ema is not None:
+                record.update({f"live_{k}": v for k, v in probe(state).items()})
             record.update(probe(scored))
             flags = collapse_flags(
                 [r["probe_pgd_accuracy"] for r in (*history, record)],
@@ -239,6 +243,10 @@ def _epoch_line(name: str, epoch: int, epochs: int, record: dict, val_metrics: d
             probe += f" val pgd {record['val_pgd_accuracy']:.4f}"
         if record["collapse"]:
             probe += " COLLAPSE"
+    if "live_val_accuracy" in record:
+        probe += f" | live val acc {record['live_val_accuracy']:.4f}"
+        if "live_val_pgd_accuracy" in record:
+            probe += f" pgd {record['live_val_pgd_accuracy']:.4f}"
     return (
         f"{name} epoch {epoch + 1}/{epochs}: train loss {record['train_loss']:.4f} "
         f"{train_acc} | val acc {record['val_accuracy']:.4f} "

@@ -129,3 +129,20 @@ def test_a_wider_cnn_has_wider_layers_and_keeps_its_width_in_the_checkpoint(tmp_
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="width"):
             CompactCNN(width=bad)
+
+
+def test_with_a_sentinel_the_history_also_probes_the_live_weights_as_a_plain_run_would():
+    """The `live_` probe metrics of an averaged run are the probe metrics of the same run
+    without averaging (same training, so the same live weights)."""
+    from advjax.train import SentinelConfig
+
+    train, val = _data(64, 1), _data(32, 2)
+    sentinel = SentinelConfig(probe_size=32, steps=2, val_size=32, select_by="val_pgd_accuracy")
+    kw = dict(show_progress=False, log=lambda _: None, sentinel=sentinel)
+    base = dict(mode="fgsm", epochs=2, batch_size=32, seed=3)
+    plain = fit(TrainConfig(**base), train, val, **kw)
+    averaged = fit(TrainConfig(**base, ema_decay=0.9), train, val, **kw)
+    for p, a in zip(plain.history, averaged.history):
+        assert a["live_val_pgd_accuracy"] == p["val_pgd_accuracy"]
+        assert a["live_probe_pgd_accuracy"] == p["probe_pgd_accuracy"]
+        assert "val_pgd_accuracy" in a and "collapse" in a and "live_collapse" not in a
