@@ -1,9 +1,9 @@
 """The clean-vs-robust trade-off of every studied model, with the stronger evaluation.
 
-Reads the study's results and, when present, `<run>/strong_evaluation/summary.json` (the
-AutoAttack-style ensemble of `experiments.cifar_robustness.strong_evaluation` on the same cases) to report,
-per model, PGD-20 against the ensemble at the largest eps and how far PGD-20 overstated
-robustness, with counts and Wilson intervals, as a table and a figure.
+Reads the study's results and, when present, `<run>/strong_evaluation/summary.json`
+(AutoAttack's standard version from `experiments.cifar_robustness.strong_evaluation` on the
+same cases) to report, per model, PGD-20 against AutoAttack at the largest eps and how far
+PGD-20 overstated robustness, with counts and Wilson intervals, as a table and a figure.
 """
 
 import json
@@ -62,12 +62,13 @@ def train_time(results: dict, model: dict) -> str:
 
 
 def strong_table(results: dict, strong: dict | None) -> str:
-    """PGD-20 vs the ensemble per model at the largest eps, with the training time."""
+    """PGD-20 vs the strong evaluation per model at the largest eps, with the training time."""
     top = _top(results)
     eps = float(top) / 255
+    strong_label = strong_name(strong) if strong else "strong evaluation"
     rows = [
         f"| model | training images x epochs | train time (s, 2 cores) | clean | PGD-20 {top}/255 "
-        f"| ensemble {top}/255 | PGD-20 overstatement (points) |",
+        f"| {strong_label} {top}/255 | PGD-20 overstatement (points) |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, m in results["models"].items():
@@ -85,10 +86,10 @@ def strong_table(results: dict, strong: dict | None) -> str:
         else "none"
     )
     note = (
-        f"Ensemble members, in order, each on the cases still robust: {members} "
+        f"{strong_label} members, in order, each on the cases still robust: {members} "
         f"(`experiments.cifar_robustness.strong_evaluation`; details in `strong_evaluation/tables.md`). "
         f"Reference FGSM-AT model: clean {REFERENCE_FGSM_AT[0]} %, PGD-20 {REFERENCE_FGSM_AT[1]} %; "
-        f"the aim: clean >= {TARGET[0]:g} % and ensemble robust >= {TARGET[1]:g} %. "
+        f"the aim: clean >= {TARGET[0]:g} % and {strong_label} robust >= {TARGET[1]:g} %. "
         f"A fine-tune's train time adds its parent's: own + parent = total."
     )
     return "\n".join(rows) + "\n\n" + note
