@@ -434,7 +434,6 @@ def test_train_phase_trains_or_reuses_the_parent_and_fine_tunes_from_its_weights
     import jax
     import numpy as np
 
-    from advjax.data import Cifar10
     from advjax.train import FitResult, TrainConfig, create_train_state
     from experiments.cifar_robustness import study
     from experiments.cifar_robustness.config import ModelSpec, StudyConfig
@@ -458,18 +457,7 @@ def test_train_phase_trains_or_reuses_the_parent_and_fine_tunes_from_its_weights
         return FitResult(state, [], 1, 0.5)
 
     monkeypatch.setattr(study, "fit", fake_fit)
-    rng = np.random.default_rng(0)
-    data = Cifar10(
-        rng.integers(0, 256, (100, 32, 32, 3), dtype=np.uint8),
-        np.tile(np.arange(10, dtype=np.int32), 10),
-        rng.integers(0, 256, (20, 32, 32, 3), dtype=np.uint8),
-        np.tile(np.arange(10, dtype=np.int32), 2),
-        tuple(str(i) for i in range(10)),
-        "synthetic",
-    )
-    splits = study.study_splits(
-        data.train_labels, data.test_labels, train_size=40, val_size=20, eval_size=10, seed=0
-    )
+    data, splits = _synthetic_study_data()
     log = lambda _: None  # noqa: E731
     study.train_phase(config, child, data, splits, tmp_path, False, log)
     assert [mode for mode, _ in calls] == ["standard", "pgd"]
@@ -505,7 +493,6 @@ def test_training_interrupted_after_an_epoch_resumes_there_with_the_uninterrupte
     import jax
     import numpy as np
 
-    from advjax.data import Cifar10
     from experiments.cifar_robustness import study
     from experiments.cifar_robustness.config import ModelSpec, StudyConfig
 
@@ -514,18 +501,7 @@ def test_training_interrupted_after_an_epoch_resumes_there_with_the_uninterrupte
         profile="t", train_size=40, val_size=20, eval_size=10, batch_size=20, models=(spec,),
         surrogate=None,
     )  # fmt: skip
-    rng = np.random.default_rng(0)
-    data = Cifar10(
-        rng.integers(0, 256, (100, 32, 32, 3), dtype=np.uint8),
-        np.tile(np.arange(10, dtype=np.int32), 10),
-        rng.integers(0, 256, (20, 32, 32, 3), dtype=np.uint8),
-        np.tile(np.arange(10, dtype=np.int32), 2),
-        tuple(str(i) for i in range(10)),
-        "synthetic",
-    )
-    splits = study.study_splits(
-        data.train_labels, data.test_labels, train_size=40, val_size=20, eval_size=10, seed=0
-    )
+    data, splits = _synthetic_study_data()
     lines = []
     whole = study.train_phase(config, spec, data, splits, tmp_path / "whole", False, lines.append)
     save = study.save_fit_progress
@@ -550,3 +526,26 @@ def test_training_interrupted_after_an_epoch_resumes_there_with_the_uninterrupte
     drop = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
     assert drop(a["metadata"]["history"]) == drop(b["metadata"]["history"])
     assert (a["metadata"]["resumed_after_epoch"], b["metadata"]["resumed_after_epoch"]) == (None, 2)
+
+
+def _synthetic_study_data():
+    """Random CIFAR-shaped data (100 training, 20 test images) and its study splits (40 train,
+    20 validation, 10 evaluation)."""
+    import numpy as np
+
+    from advjax.data import Cifar10
+    from experiments.cifar_robustness import study
+
+    rng = np.random.default_rng(0)
+    data = Cifar10(
+        rng.integers(0, 256, (100, 32, 32, 3), dtype=np.uint8),
+        np.tile(np.arange(10, dtype=np.int32), 10),
+        rng.integers(0, 256, (20, 32, 32, 3), dtype=np.uint8),
+        np.tile(np.arange(10, dtype=np.int32), 2),
+        tuple(str(i) for i in range(10)),
+        "synthetic",
+    )
+    splits = study.study_splits(
+        data.train_labels, data.test_labels, train_size=40, val_size=20, eval_size=10, seed=0
+    )
+    return data, splits

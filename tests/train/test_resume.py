@@ -4,11 +4,9 @@ exactly the weights, history and selection of the uninterrupted run."""
 
 import chex
 import jax
-import numpy as np
 import pytest
 
 from advjax.train import (
-    Batch,
     FitProgress,
     SentinelConfig,
     TrainConfig,
@@ -17,14 +15,7 @@ from advjax.train import (
     load_fit_progress,
     save_fit_progress,
 )
-
-
-def _data(n: int, seed: int = 0) -> Batch:
-    rng = np.random.default_rng(seed)
-    return Batch(
-        rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
-        rng.integers(0, 10, n).astype(np.int32),
-    )
+from tests.train.test_ema import _data
 
 
 class _Stop(Exception):
