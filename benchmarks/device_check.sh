@@ -19,5 +19,5 @@ mkdir -p "$OUT"
 } 2>&1 | tee "$OUT/machine.txt"
 timeout 300 python3 -m benchmarks.run --no-torch --rounds 1 --out "$OUT" 2>&1 | tail -40 > "$OUT/bench.log"
 timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/attacks/test_pgd.py tests/model/test_cnn.py \
-  tests/train/test_train.py 2>  tests/test_train.py 2>&11 | tail -30 > "$OUT/tests.log"
+  tests/train/test_train.py 2>&1 | tail -30 > "$OUT/tests.log"
 ls -l "$OUT"
