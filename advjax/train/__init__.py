@@ -22,6 +22,7 @@ from advjax.train._loop import (
 from advjax.train._resume import (
     FIT_PROGRESS_FORMAT,
     FitProgress,
+    Selection,
     load_fit_progress,
     save_fit_progress,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "replicate",
     "replicated",
     "SELECTION_CRITERIA",
+    "Selection",
     "SentinelConfig",
     "shard_batch",
     "sharded_eval",

@@ -14,7 +14,7 @@ from jax.sharding import Mesh
 
 from advjax.io._progress import Progress
 from advjax.train._ema import BN_RECOMPUTE_BATCHES, ema_decay_at, ema_update, recompute_batch_stats
-from advjax.train._resume import FitProgress
+from advjax.train._resume import FitProgress, Selection
 from advjax.train._sentinel import SentinelConfig, collapse_flags, make_probe
 from advjax.train._sharding import check_batch_size, replicate, sharded_train_step
 from advjax.train._state import TrainConfig, create_train_state, make_train_step, train_step_fn
@@ -28,13 +28,16 @@ class FitResult(NamedTuple):
     """The best-by-validation state and the per-epoch history of a `fit` run.
 
     `best_val_accuracy` is the clean validation accuracy of `best_epoch` (the maximum
-    unless a sentinel selects by another criterion).
+    unless a sentinel selects by another criterion). With weight averaging, `live` is the
+    same for the live (non-averaged) weights, selected by the same criterion on their own
+    metrics: what the same config without `ema_decay` returns, from the same training.
     """
 
     state: TrainState
     history: list[dict]
     best_epoch: int
     best_val_accuracy: float
+    live: "FitResult | None" = None
 
 
 def evaluate(state: TrainState, images: np.ndarray, labels: np.ndarray, batch_size: int = 500):
@@ -92,9 +95,10 @@ def fit(
     every step (`advjax.train.ema_update`), and at every epoch's end its batch statistics are
     recomputed on `BN_RECOMPUTE_BATCHES` training batches (`recompute_batch_stats`, keys from
     their own stream); validation, the sentinel, selection and the returned state use the
-    averaged model, and the history adds the live weights' `live_val_accuracy` (and, with a
-    sentinel, their probe as `live_`-prefixed metrics), so one run also measures its weights
-    without averaging.
+    averaged model, and the history adds the live weights' `live_val_accuracy` and
+    `live_val_loss` (and, with a sentinel, their probe and collapse flag, `live_`-prefixed);
+    `FitResult.live` holds the live weights selected on those, so one run also trains the
+    model without averaging.
 
     After every epoch `on_epoch` receives the loop's `FitProgress` (e.g. for
     `save_fit_progress`); `resume` (such a progress of the same config and data, e.g. from
@@ -127,15 +131,13 @@ def fit(
     bn_key = jax.random.fold_in(key, _BN_STREAM)
     probe = None if sentinel is None else make_probe(sentinel, config.adv_eps, train, val)
     select_by = "val_accuracy" if sentinel is None else sentinel.select_by
-    history, best, best_epoch, best_acc, best_score = [], None, -1, -1.0, -1.0
-    first_epoch = 0
+    history, kept, live_kept, first_epoch = [], Selection(), None, 0
+    if ema is not None:
+        live_kept = Selection()
     if resume is not None:
-        history, best = list(resume.history), resume.best
-        best_epoch, best_acc, best_score = (
-            resume.best_epoch,
-            resume.best_accuracy,
-            resume.best_score,
-        )
+        history, kept, live_kept = list(resume.history), resume.kept, resume.live_kept
+        if (live_kept is None) != (ema is None):
+            raise ValueError("resume: its live-weight selection does not match config.ema_decay")
         stopped = bool(history) and history[-1].get("collapse") and sentinel.stop_on_collapse
         first_epoch = config.epochs if stopped else resume.epoch
     for epoch in range(first_epoch, config.epochs):
@@ -160,7 +162,8 @@ def fit(
         }
         scored = state
         if ema is not None:
-            record["live_val_accuracy"] = evaluate(state, val.images, val.labels)["accuracy"]
+            live = evaluate(state, val.images, val.labels)
+            record.update(live_val_accuracy=live["accuracy"], live_val_loss=live["loss"])
             scored = state.replace(
                 params=ema,
                 batch_stats=recompute_batch_stats(
@@ -169,36 +172,72 @@ def fit(
             )
         val_metrics = evaluate(scored, val.images, val.labels)
         record.update(val_accuracy=val_metrics["accuracy"], val_loss=val_metrics["loss"])
-        collapsed = False
+        collapsed = live_collapsed = False
         if probe is not None:
             if ema is not None:
                 record.update({f"live_{k}": v for k, v in probe(state).items()})
+                live_collapsed = record["live_collapse"] = _collapsed(
+                    history, record, "live_probe_pgd_accuracy", sentinel
+                )
             record.update(probe(scored))
-            flags = collapse_flags(
-                [r["probe_pgd_accuracy"] for r in (*history, record)],
-                max_drop=sentinel.max_drop,
-                min_ratio=sentinel.min_ratio,
+            collapsed = record["collapse"] = _collapsed(
+                history, record, "probe_pgd_accuracy", sentinel
             )
-            collapsed = record["collapse"] = flags[-1]
         record["seconds"] = time.perf_counter() - started
         history.append(record)
         log(_epoch_line(name, epoch, config.epochs, record, val_metrics))
-        if not collapsed and record[select_by] > best_score:
-            best_score, best_acc, best_epoch = record[select_by], record["val_accuracy"], epoch + 1
-            best = jax.device_get((scored.params, scored.batch_stats))
+        if not collapsed:
+            kept = _select(kept, record, select_by, "val_accuracy", scored)
+        if live_kept is not None and not live_collapsed:
+            live_kept = _select(live_kept, record, f"live_{select_by}", "live_val_accuracy", state)
         if on_epoch is not None:
-            on_epoch(
-                FitProgress(
-                    epoch + 1, state, ema, list(history), best, best_epoch, best_acc, best_score
-                )
-            )
+            on_epoch(FitProgress(epoch + 1, state, ema, list(history), kept, live_kept))
         if collapsed and sentinel.stop_on_collapse:
             log(f"{name}: catastrophic overfitting flagged at epoch {epoch + 1}; stopping")
             break
-    params, batch_stats = jax.tree.map(jnp.asarray, best)
-    return FitResult(
-        state.replace(params=params, batch_stats=batch_stats), history, best_epoch, best_acc
+    live_result = None
+    if live_kept is not None:
+        live_result = FitResult(
+            _with_kept(state, live_kept),
+            _live_history(history),
+            live_kept.epoch,
+            live_kept.accuracy,
+        )
+    return FitResult(_with_kept(state, kept), history, kept.epoch, kept.accuracy, live_result)
+
+
+def _live_history(history: list[dict]) -> list[dict]:
+    """The history of an averaged run as the live weights' own: the training metrics, and the
+    `live_`-prefixed validation and probe metrics under their plain names."""
+    out = []
+    for record in history:
+        own = {k: v for k, v in record.items() if k == "epoch" or k.startswith("train_")}
+        own.update({k[len("live_") :]: v for k, v in record.items() if k.startswith("live_")})
+        own["seconds"] = record["seconds"]
+        out.append(own)
+    return out
+
+
+def _collapsed(history: list[dict], record: dict, key: str, sentinel: SentinelConfig) -> bool:
+    flags = collapse_flags(
+        [r[key] for r in (*history, record)],
+        max_drop=sentinel.max_drop,
+        min_ratio=sentinel.min_ratio,
     )
+    return flags[-1]
+
+
+def _select(kept: Selection, record: dict, by: str, accuracy: str, state) -> Selection:
+    """`kept`, or this epoch's weights where its `record[by]` beats it (ties: the earlier)."""
+    if record[by] > kept.score:
+        weights = jax.device_get((state.params, state.batch_stats))
+        return Selection(weights, record["epoch"], record[accuracy], record[by])
+    return kept
+
+
+def _with_kept(state: TrainState, kept: Selection) -> TrainState:
+    params, batch_stats = jax.tree.map(jnp.asarray, kept.weights)
+    return state.replace(params=params, batch_stats=batch_stats)
 
 
 def _bn_batches(key: jax.Array, epoch: int, images, labels, config: TrainConfig):

@@ -6,8 +6,9 @@ resumed from the state after epoch k continues exactly as the uninterrupted run 
 
 File format (advjax-fit-progress-v1): one msgpack map with "format", "tag" (the caller's
 identity of the run: a resume is refused when it differs), "epoch", "state" (the train
-state's step, parameters, optimiser state and batch statistics), "ema", "best" and "meta"
-(history and selection as JSON), written atomically after each epoch.
+state's step, parameters, optimiser state and batch statistics), "ema", the kept epochs'
+weights ("kept", "live_kept") and "meta" (history and selections as JSON), written atomically
+after each epoch.
 """
 
 import json
@@ -25,21 +26,29 @@ from advjax.train._steps import TrainState
 FIT_PROGRESS_FORMAT = "advjax-fit-progress-v1"
 
 
+class Selection(NamedTuple):
+    """The epoch a selection criterion keeps so far: its weights `(params, batch_stats)`,
+    1-based epoch, clean validation accuracy and score (None, -1, -1, -1 before any)."""
+
+    weights: Any = None
+    epoch: int = -1
+    accuracy: float = -1.0
+    score: float = -1.0
+
+
 class FitProgress(NamedTuple):
     """The loop's state after `epoch` finished epochs: enough to run the rest of them.
 
-    `best` is the kept epoch's `(params, batch_stats)` (None before any is kept) and
-    `best_score` its value of the selection criterion.
+    `kept` is the epoch selected so far; with weight averaging `ema` holds the averaged
+    weights and `live_kept` the live weights' own selection (else both are None).
     """
 
     epoch: int
     state: TrainState
     ema: Any
     history: list[dict]
-    best: Any
-    best_epoch: int
-    best_accuracy: float
-    best_score: float
+    kept: Selection
+    live_kept: Selection | None
 
 
 def save_fit_progress(path: str | os.PathLike, progress: FitProgress, *, tag: str) -> Path:
@@ -51,19 +60,43 @@ def save_fit_progress(path: str | os.PathLike, progress: FitProgress, *, tag: st
         "epoch": int(host.epoch),
         "state": serialization.to_state_dict(host.state),
         "ema": {} if host.ema is None else serialization.to_state_dict(host.ema),
-        "best": {} if host.best is None else {"params": host.best[0], "batch_stats": host.best[1]},
+        "kept": _weights(host.kept),
+        "live_kept": {} if host.live_kept is None else _weights(host.live_kept),
         "meta": json.dumps(
             {
                 "history": host.history,
-                "best_epoch": host.best_epoch,
-                "best_accuracy": host.best_accuracy,
-                "best_score": host.best_score,
+                "kept": _selection_meta(host.kept),
+                "live_kept": None if host.live_kept is None else _selection_meta(host.live_kept),
                 "has_ema": host.ema is not None,
-                "has_best": host.best is not None,
             }
         ),
     }
     return atomic_write_bytes(path, serialization.msgpack_serialize(payload))
+
+
+def _weights(kept: Selection) -> dict:
+    if kept.weights is None:
+        return {}
+    return {"params": kept.weights[0], "batch_stats": kept.weights[1]}
+
+
+def _selection_meta(kept: Selection) -> dict:
+    return {
+        "has_weights": kept.weights is not None,
+        "epoch": kept.epoch,
+        "accuracy": kept.accuracy,
+        "score": kept.score,
+    }
+
+
+def _restore_selection(template: TrainState, weights: dict, meta: dict) -> Selection:
+    restored = None
+    if meta["has_weights"]:
+        restored = (
+            serialization.from_state_dict(template.params, weights["params"]),
+            serialization.from_state_dict(template.batch_stats, weights["batch_stats"]),
+        )
+    return Selection(restored, int(meta["epoch"]), float(meta["accuracy"]), float(meta["score"]))
 
 
 def load_fit_progress(
@@ -95,12 +128,10 @@ def load_fit_progress(
         ema = (
             serialization.from_state_dict(template.params, raw["ema"]) if meta["has_ema"] else None
         )
-        best = None
-        if meta["has_best"]:
-            best = (
-                serialization.from_state_dict(template.params, raw["best"]["params"]),
-                serialization.from_state_dict(template.batch_stats, raw["best"]["batch_stats"]),
-            )
+        kept = _restore_selection(template, raw["kept"], meta["kept"])
+        live_kept = None
+        if meta["live_kept"] is not None:
+            live_kept = _restore_selection(template, raw["live_kept"], meta["live_kept"])
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"training progress {path} does not match the model: {error}") from error
     _check_shapes(path, template, state)
@@ -109,10 +140,8 @@ def load_fit_progress(
         state=state,
         ema=ema,
         history=meta["history"],
-        best=best,
-        best_epoch=int(meta["best_epoch"]),
-        best_accuracy=float(meta["best_accuracy"]),
-        best_score=float(meta["best_score"]),
+        kept=kept,
+        live_kept=live_kept,
     )
 
 

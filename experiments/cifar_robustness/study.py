@@ -85,13 +85,20 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
     A fine-tuned model (`spec.init_from`) starts from its parent's checkpoint, trained
     (or reused) first under the same rule. After every epoch the loop's state is written
     beside the checkpoint (`progress_path`), so an interrupted run resumes after its last
-    finished epoch; the file goes once the checkpoint is written.
+    finished epoch; the file goes once the checkpoint is written. A model whose averaged
+    twin is in the run (`averaged_twin`) comes from the twin's training: its live weights.
     """
     path = out / "checkpoints" / f"{spec.name}.msgpack"
     digest = config.model_digest(spec)
-    if path.exists() and read_checkpoint(path)["metadata"].get("config_digest") == digest:
+    if _reusable(path, digest):
         log(f"[train] {spec.name}: reusing {path}")
         return path
+    twin = averaged_twin(spec, config.models)
+    if twin is not None:
+        log(f"[train] {spec.name}: the live weights of {twin.name}'s training")
+        train_phase(config, twin, data, splits, out, show_progress, log)
+        if _reusable(path, digest):
+            return path
     idx = model_train_indices(config, spec, data, splits)
     train = Batch(data.train_images[idx], data.train_labels[idx])
     val = Batch(data.train_images[splits.val], data.train_labels[splits.val])
@@ -126,25 +133,62 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
         resume=resume,
         on_epoch=lambda progress: save_fit_progress(progress_file, progress, tag=digest),
     )
-    seconds = time.perf_counter() - started + earlier_seconds
-    variables = {"params": result.state.params, "batch_stats": result.state.batch_stats}
-    metadata = {
-        "config_digest": digest,
-        "spec": dataclasses.asdict(spec),
-        "train_config": dataclasses.asdict(tc),
+    common = {
         "sentinel": dataclasses.asdict(sentinel) if sentinel else None,
-        "history": result.history,
-        "best_epoch": result.best_epoch,
-        "best_val_accuracy": result.best_val_accuracy,
         "train_size": len(idx),
         "train_fingerprint": fingerprint(train.images, train.labels),
-        "seconds": seconds,
+        "seconds": time.perf_counter() - started + earlier_seconds,
         "resumed_after_epoch": None if resume is None else resume.epoch,
         "git_revision": git_state(Path(__file__).parent)["commit"],
     }
-    save_checkpoint(path, make_model(tc), variables, metadata)
+    _save_model(path, config, spec, result, common)
+    for live in live_twins(spec, config.models):
+        live_path = out / "checkpoints" / f"{live.name}.msgpack"
+        _save_model(live_path, config, live, result.live, {**common, "trained_by": spec.name})
+        log(f"[train] {live.name}: written from {spec.name}'s live weights ({live_path})")
     progress_file.unlink(missing_ok=True)
     return path
+
+
+def _reusable(path: Path, digest: str) -> bool:
+    return path.exists() and read_checkpoint(path)["metadata"].get("config_digest") == digest
+
+
+def _save_model(path: Path, config, spec, result, common: dict) -> None:
+    tc = train_config(config, spec)
+    variables = {"params": result.state.params, "batch_stats": result.state.batch_stats}
+    metadata = {
+        "config_digest": config.model_digest(spec),
+        "spec": dataclasses.asdict(spec),
+        "train_config": dataclasses.asdict(tc),
+        "history": result.history,
+        "best_epoch": result.best_epoch,
+        "best_val_accuracy": result.best_val_accuracy,
+        **common,
+    }
+    save_checkpoint(path, make_model(tc), variables, metadata)
+
+
+def averaged_twin(spec: ModelSpec, models) -> ModelSpec | None:
+    """The model of `models` trained exactly like `spec` but with weight averaging, whose run
+    also yields `spec` (its live weights, `FitResult.live`); None when there is none."""
+    if spec.ema_decay is not None:
+        return None
+    for other in models:
+        if other.ema_decay is not None and _without_averaging(other, spec) == spec:
+            return other
+    return None
+
+
+def live_twins(spec: ModelSpec, models) -> list[ModelSpec]:
+    """The models of `models` that `spec`'s averaged run also trains: `spec` without averaging."""
+    if spec.ema_decay is None:
+        return []
+    return [m for m in models if m.ema_decay is None and _without_averaging(spec, m) == m]
+
+
+def _without_averaging(spec: ModelSpec, named_like: ModelSpec) -> ModelSpec:
+    return dataclasses.replace(spec, name=named_like.name, label=named_like.label, ema_decay=None)
 
 
 def progress_path(out: Path, name: str) -> Path:

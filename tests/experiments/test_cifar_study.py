@@ -549,3 +549,55 @@ def _synthetic_study_data():
         data.train_labels, data.test_labels, train_size=40, val_size=20, eval_size=10, seed=0
     )
     return data, splits
+
+
+def test_a_model_without_averaging_comes_from_its_averaged_twins_training(tmp_path):
+    """Where the run holds the same model with and without weight averaging, one training
+    writes both checkpoints, and the plain one holds the weights, epoch and history its own
+    training gives; each twin is found only for an otherwise identical spec."""
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from experiments.cifar_robustness import study
+    from experiments.cifar_robustness.config import (
+        PGD_SILU_SCRATCH,
+        PGD_SILU_SCRATCH_EMA,
+        PGD_SILU_SCRATCH_WIDE,
+        ROBUST_CNN_MODELS,
+        ModelSpec,
+        StudyConfig,
+    )
+
+    assert study.averaged_twin(PGD_SILU_SCRATCH, ROBUST_CNN_MODELS) == PGD_SILU_SCRATCH_EMA
+    assert study.live_twins(PGD_SILU_SCRATCH_EMA, ROBUST_CNN_MODELS) == [PGD_SILU_SCRATCH]
+    assert study.live_twins(PGD_SILU_SCRATCH_WIDE, ROBUST_CNN_MODELS) == []
+    assert study.averaged_twin(PGD_SILU_SCRATCH_WIDE, ROBUST_CNN_MODELS) is None
+
+    plain = ModelSpec("plain", "standard", 40, 2, "plain")
+    averaged = dataclasses.replace(plain, name="averaged", label="averaged", ema_decay=0.9)
+    other = dataclasses.replace(plain, name="other", label="other", epochs=3)
+    config = StudyConfig(
+        profile="t", train_size=40, val_size=20, eval_size=10, batch_size=20,
+        models=(plain, averaged, other), surrogate=None,
+    )  # fmt: skip
+    assert study.averaged_twin(other, config.models) is None
+    data, splits = _synthetic_study_data()
+    lines = []
+    both = tmp_path / "both"
+    study.train_phase(config, plain, data, splits, both, False, lines.append)
+    assert sum("epochs" in line and "[train]" in line for line in lines) == 1
+    assert any("written from averaged's live weights" in line for line in lines)
+    alone_config = dataclasses.replace(config, models=(plain,))
+    alone = study.train_phase(alone_config, plain, data, splits, tmp_path / "alone", False, print)
+    a = study.read_checkpoint(both / "checkpoints" / "plain.msgpack")
+    b = study.read_checkpoint(alone)
+    jax.tree.map(np.testing.assert_array_equal, a["variables"], b["variables"])
+    drop = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
+    assert drop(a["metadata"]["history"]) == drop(b["metadata"]["history"])
+    assert a["metadata"]["config_digest"] == b["metadata"]["config_digest"]
+    assert a["metadata"]["trained_by"] == "averaged"
+    lines.clear()
+    study.train_phase(config, averaged, data, splits, both, False, lines.append)
+    assert lines == [f"[train] averaged: reusing {both / 'checkpoints' / 'averaged.msgpack'}"]
