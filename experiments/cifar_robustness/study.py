@@ -84,9 +84,10 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
 
     A fine-tuned model (`spec.init_from`) starts from its parent's checkpoint, trained
     (or reused) first under the same rule. After every epoch the loop's state is written
-    beside the checkpoint (`progress_path`), so an interrupted run resumes after its last
-    finished epoch; the file goes once the checkpoint is written. A model whose averaged
-    twin is in the run (`averaged_twin`) comes from the twin's training: its live weights.
+    to `progress_path` (outside `checkpoints/`, which holds only checkpoints), so an
+    interrupted run resumes after its last finished epoch; the file goes once the checkpoint
+    is written. A model whose averaged twin is in the run (`averaged_twin`) comes from the
+    twin's training: its live weights.
     """
     path = out / "checkpoints" / f"{spec.name}.msgpack"
     digest = config.model_digest(spec)
@@ -193,7 +194,7 @@ def _without_averaging(spec: ModelSpec, named_like: ModelSpec) -> ModelSpec:
 
 def progress_path(out: Path, name: str) -> Path:
     """Where model `name`'s unfinished training keeps its state between epochs."""
-    return out / "checkpoints" / f"{name}.progress.msgpack"
+    return out / "training_progress" / f"{name}.msgpack"
 
 
 def run_study(
