@@ -165,8 +165,10 @@ def trained_model(cifar10, trained_run) -> TrainedModel:
     return TrainedModel(model, variables, x, y)
 
 
-SLOW_FIXTURES = {"worker"}
-"""Fixtures that make a test slow: `worker` runs a 4-device JAX process (tests/test_sharding.py)."""
+SLOW_FIXTURES = {"worker", "trained_run", "trained_model", "quick_run"}
+"""Fixtures that make a test slow: `worker` runs a 4-device JAX process (tests/test_sharding.py),
+`trained_run` and `trained_model` train a CompactCNN on real data, `quick_run` runs the quick
+profile of the study end to end (tests/experiments/test_cifar_study.py)."""
 
 
 def pytest_collection_modifyitems(items):

@@ -14,6 +14,7 @@ def test_the_attack_example_runs_on_a_plain_jnp_model():
     exec(compile(BLOCKS[0], "README.md", "exec"), {})  # noqa: S102
 
 
+@pytest.mark.slow
 def test_the_autoattack_example_runs_on_a_flax_linen_model():
     namespace: dict = {}
     exec(compile(BLOCKS[2], "README.md", "exec"), namespace)  # noqa: S102

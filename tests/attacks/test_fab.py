@@ -133,7 +133,9 @@ def _jitted(norm):
     return jax.jit(lambda x, y, eps, key: fab(_MLP, x, y, eps, key=key, norm=norm, **_SMALL))
 
 
-@pytest.mark.parametrize("norm, eps", [("linf", 0.03), ("l2", 0.4)])
+@pytest.mark.parametrize(
+    "norm, eps", [("linf", 0.03), pytest.param("l2", 0.4, marks=pytest.mark.slow)]
+)
 def test_budget_box_and_misclassification(norm, eps):
     _, x, y = _mlp_batch()
     y = y.at[0].set((y[0] + 1) % 10)
@@ -228,6 +230,7 @@ def test_empty_batch():
     assert res.x_adv.shape == x.shape and res.broken.shape == res.distance.shape == (0,)
 
 
+@pytest.mark.slow
 def test_targets_one_call_at_a_time_equal_one_call_over_all():
     """`first_target` lets the caller run targets one by one, dropping the cases broken so
     far, with the same outcome per case as one call over every target."""

@@ -183,6 +183,7 @@ def test_jit_with_traced_eps_matches_eager():
     chex.assert_trees_all_close(attack(x, y, 0.05, key=KEY, queries=QUERIES), eager, atol=TOL)
 
 
+@pytest.mark.slow
 def test_vmap_over_eps_and_batches_matches_separate_calls():
     """jax.vmap over a stack of (eps, batch) pairs equals one call per pair, and the eps = 0
     member stays exact."""

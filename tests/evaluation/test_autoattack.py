@@ -170,6 +170,7 @@ def test_bad_budgets_keys_versions_and_nan_logits_are_refused(model):
         Member("pgd")
 
 
+@pytest.mark.slow
 def test_probabilities_and_masked_gradients_fail_their_checks(model):
     logits_fn, x, y = model
     softmax = lambda z: jax.nn.softmax(logits_fn(z))  # noqa: E731
@@ -209,7 +210,10 @@ def test_rand_version_on_a_random_model_is_stronger_than_one_fixed_draw(model):
     "members",
     [
         [Member(m, **FAST, targets=3) for m in ("apgd-ce", "apgd-t", "fab-t", "square")],
-        [Member("apgd-ce", steps=5, eot=4), Member("apgd-dlr", steps=5, eot=4)],
+        pytest.param(
+            [Member("apgd-ce", steps=5, eot=4), Member("apgd-dlr", steps=5, eot=4)],
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=["standard", "eot"],
 )

@@ -41,6 +41,7 @@ def test_a_model_factory_is_evaluated_into_records_summary_report_and_gate(tmp_p
     assert len(read_records(record_file(tmp_path / "run"))) == before, "a rerun adds nothing"
 
 
+@pytest.mark.slow
 @needs_data
 def test_a_model_returning_probabilities_is_held_by_the_gate(tmp_path, capsys):
     policy = tmp_path / "policy.json"

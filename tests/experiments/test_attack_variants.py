@@ -154,6 +154,7 @@ class VariantsUnderTransforms(chex.TestCase):
         )
         chex.assert_trees_all_close(fn(x, y, target), reference, atol=1e-6)
 
+    @pytest.mark.slow
     def test_l2_pgd_vmaps_over_eps_and_differentiates(self):
         logits_fn, x, y = _setup(n=4)
         eps = jnp.array([0.0, 0.5])

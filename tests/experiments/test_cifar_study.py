@@ -484,6 +484,7 @@ def test_a_fine_tunes_train_time_adds_its_parents_and_names_a_missing_one():
     assert train_time({"models": {}}, model(3.0, parent)) == "3 + b (not in this run)"
 
 
+@pytest.mark.slow
 def test_training_interrupted_after_an_epoch_resumes_there_with_the_uninterrupted_weights(
     tmp_path, monkeypatch
 ):

@@ -249,7 +249,9 @@ def test_conv2d_same_second_order_grad_matches_lax():
 # max_pool_2x2.
 
 
-@pytest.mark.parametrize("shape", [(2, 8, 6, 3), (1, 2, 2, 1), (3, 32, 32, 4)])
+@pytest.mark.parametrize(
+    "shape", [(2, 8, 6, 3), (1, 2, 2, 1), pytest.param((3, 32, 32, 4), marks=pytest.mark.slow)]
+)
 def test_max_pool_2x2_equals_flax_max_pool(shape):
     """max_pool_2x2 equals nn.max_pool(x, (2, 2), strides=(2, 2)) in value and (for inputs
     without ties) gradient."""

@@ -5,6 +5,7 @@ attack on a trained LSTM is covered end to end by test_text_seq2seq_experiment.p
 
 import jax
 import numpy as np
+import pytest
 
 from advjax.text.tokenize import PAD
 from advjax.text.translate import (
@@ -21,6 +22,7 @@ SRC = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14, 15, 16]]
 TGT = [[4, 5], [6, 7, 8], [9, 10], [11, 12, 13, 14]]
 
 
+@pytest.mark.slow
 def test_training_memorises_and_greedy_decoding_reproduces_targets():
     state = create_train_state(jax.random.key(0), CONFIG, TrainConfig(learning_rate=2e-2))
     src = pad_batch(SRC, 8)
@@ -69,6 +71,7 @@ def test_adversarial_perturbations_change_one_word_within_the_setting():
                     assert scores[b, i, adv[b, i]] >= third - 1e-6
 
 
+@pytest.mark.slow
 def test_adversarial_train_step_runs_and_lowers_the_loss():
     from advjax.text.translate import make_adv_train_step
 

@@ -140,7 +140,9 @@ def test_dropout_is_active_in_training_only(tiny):
     np.testing.assert_array_equal(eval_logits, _forward(CONFIG, params, src, tgt_in))
 
 
-@pytest.mark.parametrize("config", [CONFIG, LSTM], ids=["transformer", "lstm"])
+@pytest.mark.parametrize(
+    "config", [CONFIG, pytest.param(LSTM, marks=pytest.mark.slow)], ids=["transformer", "lstm"]
+)
 def test_greedy_output_is_the_argmax_of_teacher_forced_logits(config):
     """Fed its own greedy output, the teacher-forced model predicts it back, token for
     token up to the first <eos>; `next_logits` equals the teacher-forced logits."""
@@ -160,6 +162,7 @@ def test_greedy_output_is_the_argmax_of_teacher_forced_logits(config):
         np.testing.assert_allclose(step(t), logits[:, t], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_attack_on_tiny_transformer_changes_exactly_one_word():
     """The three one-word attacks, through `model_logits_fn` and `params["src_embedding"]`."""
     config = TransformerConfig(src_vocab=len(VOCAB), tgt_vocab=12, dropout_rate=0.0, **TINY)
@@ -185,6 +188,7 @@ SRC = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14, 15, 16]]
 TGT = [[4, 5], [6, 7, 8], [9, 10], [11, 12, 13, 14]]
 
 
+@pytest.mark.slow
 def test_training_memorises_and_translate_reproduces_targets_greedy_and_beam():
     config = TransformerConfig(src_vocab=20, tgt_vocab=16, dropout_rate=0.0, **TINY)
     state = create_train_state(jax.random.key(0), config, TrainConfig(learning_rate=1e-2))
@@ -202,6 +206,7 @@ def test_training_memorises_and_translate_reproduces_targets_greedy_and_beam():
     assert translate(config, state.params, SRC, batch_size=4, max_len=8, beam_size=3) == TGT
 
 
+@pytest.mark.slow
 def test_adversarial_train_step_runs_on_a_transformer():
     from advjax.text.translate import make_adv_train_step
 
@@ -235,6 +240,7 @@ def test_beam_of_size_one_is_greedy_and_reports_its_teacher_forced_score(config)
     )
 
 
+@pytest.mark.slow
 def test_beam_of_size_four_scores_better_than_greedy_on_average():
     """Beam-4 outputs have a higher normalised log-probability (recomputed by teacher
     forcing) than greedy ones on average, and at least as high on most sentences. It is
@@ -251,6 +257,7 @@ def test_beam_of_size_four_scores_better_than_greedy_on_average():
     assert np.mean(beam_score >= greedy_score - 1e-5) >= 0.75, (beam_score, greedy_score)
 
 
+@pytest.mark.slow
 def test_wide_beam_finds_the_brute_force_best_sequence():
     """With k = V ** (max_len - 1) every prefix survives, so beam search is exact: it
     returns the best-scoring of all output sequences (PAD after the first <eos>)."""

@@ -39,11 +39,12 @@ def _template(config: TrainConfig, n: int) -> object:
     "config, sentinel",
     [
         (TrainConfig(epochs=3, batch_size=32, ema_decay=0.9), None),
-        (
+        pytest.param(
             TrainConfig(mode="fgsm", epochs=3, batch_size=32, adv_eps=8 / 255),
             SentinelConfig(
                 probe_size=32, steps=2, val_size=32, batch_size=32, select_by="val_pgd_accuracy"
             ),
+            marks=pytest.mark.slow,
         ),
     ],
     ids=["averaged_weights", "fgsm_with_sentinel"],
@@ -112,6 +113,7 @@ def test_progress_of_another_run_or_model_is_refused(tmp_path):
         load_fit_progress(tmp_path / "junk", _template(config, 32), tag="run-a")
 
 
+@pytest.mark.slow
 def test_resuming_averaged_progress_without_averaging_is_refused():
     config = TrainConfig(epochs=2, batch_size=32, ema_decay=0.9)
     seen = []

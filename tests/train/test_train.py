@@ -327,7 +327,7 @@ def test_fit_on_real_data_reports_a_consistent_best_epoch(trained_run):
     assert evaluate(result.state, val.images, val.labels)["accuracy"] == result.best_val_accuracy
 
 
-@pytest.mark.parametrize("mode", ["standard", "fgsm"])
+@pytest.mark.parametrize("mode", ["standard", pytest.param("fgsm", marks=pytest.mark.slow)])
 def test_fit_with_the_same_seed_gives_bit_identical_weights_and_history(mode):
     """Every random choice (init, shuffles, augmentation, dropout, FGSM) derives from the
     config's seed: two fits with the same seed agree exactly; another seed differs."""
