@@ -132,11 +132,7 @@ def test_a_wider_cnn_has_wider_layers_and_keeps_its_width_in_the_checkpoint(tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "with_sentinel",
-    [False, True],
-    ids=["clean_selection", "pgd_selection"],
-)
+@pytest.mark.parametrize("with_sentinel", [False, True], ids=["clean_selection", "pgd_selection"])
 def test_an_averaged_run_also_returns_the_plain_run_of_the_same_config(with_sentinel):
     """`FitResult.live` of a run with `ema_decay` is the run without it: the same weights,
     selected epoch and history (the `live_` metrics are the plain run's), bit for bit."""
