@@ -18,7 +18,7 @@ from advjax.train._resume import FitProgress, Selection
 from advjax.train._sentinel import SentinelConfig, collapse_flags, make_probe
 from advjax.train._sharding import check_batch_size, replicate, sharded_train_step
 from advjax.train._state import TrainConfig, create_train_state, make_train_step, train_step_fn
-from advjax.train._steps import Batch, TrainState, eval_step
+from advjax.train._steps import Batch, TrainState, eval_step, tree_shape_mismatch
 
 _PROGRESS_EVERY = 20  # steps between progress updates; each one waits for the device
 _BN_STREAM = 7  # fold_in of the run's key for the averaged weights' batch-statistics batches
@@ -258,11 +258,9 @@ def _with_weights(state: TrainState, init: dict) -> TrainState:
         if part not in init:
             raise ValueError(f"init has no {part!r}")
         value = jax.tree.map(jnp.asarray, init[part])
-        if jax.tree.structure(value) != jax.tree.structure(fresh) or any(
-            a.shape != b.shape
-            for a, b in zip(jax.tree.leaves(value), jax.tree.leaves(fresh), strict=True)
-        ):
-            raise ValueError(f"init {part!r} does not match the model's structure or shapes")
+        problem = tree_shape_mismatch(fresh, value)
+        if problem is not None:
+            raise ValueError(f"init {part!r} does not match the model: {problem}")
         loaded[part] = jax.tree.map(lambda a, b: a.astype(b.dtype), value, fresh)
     return state.replace(**loaded)
 

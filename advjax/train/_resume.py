@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
-import numpy as np
 from flax import serialization
 
 from advjax.io._atomic import atomic_write_bytes
-from advjax.train._steps import TrainState
+from advjax.train._steps import TrainState, tree_shape_mismatch
 
 FIT_PROGRESS_FORMAT = "advjax-fit-progress-v1"
 
@@ -147,11 +146,6 @@ def load_fit_progress(
 
 def _check_shapes(path: Path, template: TrainState, state: TrainState) -> None:
     for part in ("params", "batch_stats", "opt_state"):
-        for want, got in zip(
-            jax.tree.leaves(getattr(template, part)), jax.tree.leaves(getattr(state, part))
-        ):
-            if np.shape(want) != np.shape(got):
-                raise ValueError(
-                    f"training progress {path}: {part} leaf of shape {np.shape(got)}, the model "
-                    f"has {np.shape(want)}"
-                )
+        problem = tree_shape_mismatch(getattr(template, part), getattr(state, part))
+        if problem is not None:
+            raise ValueError(f"training progress {path}: {part} has {problem}")

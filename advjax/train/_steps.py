@@ -23,6 +23,19 @@ class TrainState(train_state.TrainState):
     batch_stats: Any
 
 
+def tree_shape_mismatch(reference: Any, candidate: Any) -> str | None:
+    """Where `candidate` differs from `reference` in tree structure or in a leaf's shape, in
+    words; None when both match (weights restored from a file into a model's structure)."""
+    if jax.tree.structure(reference) != jax.tree.structure(candidate):
+        return "a different tree structure"
+    leaves = jax.tree_util.tree_leaves_with_path(reference)
+    for (path, want), got in zip(leaves, jax.tree.leaves(candidate), strict=True):
+        if jnp.shape(want) != jnp.shape(got):
+            where = jax.tree_util.keystr(path)
+            return f"leaf {where} of shape {jnp.shape(got)} where {jnp.shape(want)} is expected"
+    return None
+
+
 class Batch(NamedTuple):
     """A training or evaluation batch: uint8 NHWC images and int32 labels."""
 

@@ -405,7 +405,8 @@ def test_fit_rejects_init_weights_of_another_shape():
     bad = {"params": jax.tree.map(lambda a: np.zeros((*a.shape, 2)), params), "batch_stats": {}}
     rng = np.random.default_rng(0)
     data = Batch(rng.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8), np.zeros(16, np.int32))
-    with pytest.raises(ValueError, match="does not match"):
+    names_leaf = r"init 'params' does not match the model: leaf \[.+\] of shape \(.+\) where \(.+\)"
+    with pytest.raises(ValueError, match=names_leaf):
         fit(config, data, data, show_progress=False, log=lambda _: None, init=bad)
     with pytest.raises(ValueError, match="no 'batch_stats'"):
         fit(config, data, data, show_progress=False, log=lambda _: None, init={"params": params})
