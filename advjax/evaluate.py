@@ -100,10 +100,10 @@ def load_logits_fn(args):
 def load_cases(args):
     """The first --n cases of the study's stratified draw of the test split (seed 42), so
     n=1000 gives the CIFAR study's 1,000 images; every test image for n = 10,000."""
-    from advjax.data import load_cifar10, study_splits
+    from advjax.data import load_cifar10, study_eval_indices
     from advjax.train import to_float
 
-    data = load_cifar10(args.data_dir)
+    data = load_cifar10(args.data_dir, splits=("test",))
     total = len(data.test_labels)
     if not 1 <= args.n <= total:
         raise ValueError(f"--n {args.n} must be in [1, {total}]")
@@ -111,7 +111,7 @@ def load_cases(args):
         index = np.arange(total)
     else:
         size = 10 * -(-args.n // 10)
-        index = study_splits(data.train_labels, data.test_labels, eval_size=size).eval[: args.n]
+        index = study_eval_indices(data.test_labels, eval_size=size)[: args.n]
     return np.asarray(to_float(data.test_images[index])), data.test_labels[index], index, data
 
 

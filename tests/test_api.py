@@ -116,7 +116,11 @@ PK, KW = P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY
 EMPTY = P.empty
 
 SIGNATURES = {
-    "advjax.data.load_cifar10": [("data_dir", PK, None), ("custom", KW, None)],
+    "advjax.data.load_cifar10": [
+        ("data_dir", PK, None),
+        ("custom", KW, None),
+        ("splits", KW, ("train", "test")),
+    ],
     "advjax.model.CompactCNN.__call__": [("x", PK, EMPTY), ("train", PK, EMPTY)],
     "advjax.model.eval_logits_fn": [("model", PK, EMPTY), ("variables", PK, EMPTY)],
     "advjax.attacks.fgsm": [

@@ -6,6 +6,7 @@ from advjax.data._cifar10 import (
     DATA_DIR_ENV,
     OFFICIAL,
     RECORD_BYTES,
+    SPLITS,
     Cifar10,
     DataError,
     fingerprint,
@@ -17,6 +18,7 @@ from advjax.data._cifar10 import (
 from advjax.data._splits import (
     StudySplits,
     stratified_indices,
+    study_eval_indices,
     study_splits,
 )
 
@@ -31,7 +33,9 @@ __all__ = [
     "OFFICIAL",
     "read_binary_batch",
     "RECORD_BYTES",
+    "SPLITS",
     "stratified_indices",
+    "study_eval_indices",
     "study_splits",
     "StudySplits",
     "verify_official",

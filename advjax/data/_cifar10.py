@@ -208,16 +208,29 @@ def _read_class_names(path: Path) -> tuple[str, ...]:
     return names
 
 
-def _load_binary(folder: Path) -> Cifar10:
-    """Loads the official binary layout from ``folder``."""
+SPLITS = ("train", "test")
+
+
+def _empty_split() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros((0, 32, 32, 3), np.uint8), np.zeros((0,), np.int32)
+
+
+def _load_binary(folder: Path, splits: tuple[str, ...]) -> Cifar10:
+    """Loads the official binary layout from ``folder``; only the files of `splits` are read."""
     if not folder.is_dir():
         raise DataError(f"{folder}: not a directory ({_HINT})")
     class_names = _read_class_names(folder / META_FILE)
-    train = [read_binary_batch(_batch_file(folder, name)) for name in TRAIN_FILES]
-    test_images, test_labels = read_binary_batch(_batch_file(folder, TEST_FILE))
+    train_images, train_labels = _empty_split()
+    if "train" in splits:
+        train = [read_binary_batch(_batch_file(folder, name)) for name in TRAIN_FILES]
+        train_images = np.concatenate([images for images, _ in train])
+        train_labels = np.concatenate([labels for _, labels in train])
+    test_images, test_labels = _empty_split()
+    if "test" in splits:
+        test_images, test_labels = read_binary_batch(_batch_file(folder, TEST_FILE))
     return Cifar10(
-        train_images=np.concatenate([images for images, _ in train]),
-        train_labels=np.concatenate([labels for _, labels in train]),
+        train_images=train_images,
+        train_labels=train_labels,
         test_images=test_images,
         test_labels=test_labels,
         class_names=class_names,
@@ -253,14 +266,14 @@ def _examples_to_arrays(examples: Sequence[Any], split: str) -> tuple[np.ndarray
         raise DataError(f"{where}: bad examples ({err})") from err
 
 
-def _load_tfds() -> Cifar10:
-    """Loads ``cifar10`` through ``tfds.data_source`` (ArrayRecord)."""
+def _load_tfds(splits: tuple[str, ...]) -> Cifar10:
+    """Loads the `splits` of ``cifar10`` through ``tfds.data_source`` (ArrayRecord)."""
     try:
         import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     except ImportError as err:
         raise DataError(f"tfds cifar10: tensorflow_datasets is not installed; {_HINT}") from err
-    arrays, class_names = {}, CLASS_NAMES
-    for split in ("train", "test"):
+    arrays, class_names = {split: _empty_split() for split in SPLITS}, CLASS_NAMES
+    for split in splits:
         try:
             source = tfds.data_source(
                 "cifar10", split=split, builder_kwargs={"file_format": "array_record"}
@@ -288,10 +301,11 @@ OFFICIAL = {
 CUSTOM_DATA_ENV = "ADVJAX_CUSTOM_DATA"
 
 
-def verify_official(data: "Cifar10") -> None:
-    """Raise DataError unless `data` holds the official splits: 50,000 / 10,000 images,
+def verify_official(data: "Cifar10", splits: Sequence[str] = SPLITS) -> None:
+    """Raise DataError unless `data` holds the official `splits`: 50,000 / 10,000 images,
     5,000 / 1,000 per class, and the official fingerprints."""
-    for split, (size, digest) in OFFICIAL.items():
+    for split in splits:
+        size, digest = OFFICIAL[split]
         images, labels = getattr(data, f"{split}_images"), getattr(data, f"{split}_labels")
         per_class = np.bincount(np.asarray(labels), minlength=10)
         if len(labels) != size or not (per_class == size // 10).all():
@@ -311,7 +325,10 @@ def verify_official(data: "Cifar10") -> None:
 
 
 def load_cifar10(
-    data_dir: str | os.PathLike | None = None, *, custom: bool | None = None
+    data_dir: str | os.PathLike | None = None,
+    *,
+    custom: bool | None = None,
+    splits: Sequence[str] = SPLITS,
 ) -> Cifar10:
     """Loads CIFAR-10 in the official order from a folder or from TFDS.
 
@@ -322,6 +339,9 @@ def load_cifar10(
         custom: accept data that is not the official release (other sizes or images);
             ``None`` means ``$ADVJAX_CUSTOM_DATA == "1"``. Official data is checked
             against `OFFICIAL` (sizes, class counts, fingerprints).
+        splits: which of "train" and "test" to read; a split left out is empty (zero
+            rows) and its files need not exist, e.g. ``("test",)`` to evaluate a model
+            from ``test_batch.bin`` and ``batches.meta.txt`` alone.
 
     Returns:
         A ``Cifar10`` with uint8 NHWC images and int32 labels; both sources give
@@ -337,11 +357,18 @@ def load_cifar10(
         >>> data.train_images.shape
         (50000, 32, 32, 3)
     """
+    splits = tuple(splits) if not isinstance(splits, str) else (splits,)
+    if not splits or any(split not in SPLITS for split in splits):
+        raise ValueError(f"splits={splits!r} must name one or both of {SPLITS}")
+    splits = tuple(split for split in SPLITS if split in splits)
     if data_dir is None:
         data_dir = os.environ.get(DATA_DIR_ENV) or None
-    data = _load_tfds() if data_dir is None else _load_binary(Path(data_dir).expanduser())
+    if data_dir is None:
+        data = _load_tfds(splits)
+    else:
+        data = _load_binary(Path(data_dir).expanduser(), splits)
     if custom is None:
         custom = os.environ.get(CUSTOM_DATA_ENV) == "1"
     if not custom:
-        verify_official(data)
+        verify_official(data, splits)
     return data

@@ -134,5 +134,20 @@ def study_splits(
     val = stratified_indices(
         train_labels, val_size, jax.random.fold_in(key, _VAL_STREAM), exclude=train
     )
-    eval_ = stratified_indices(test_labels, eval_size, jax.random.fold_in(key, _EVAL_STREAM))
+    eval_ = study_eval_indices(test_labels, eval_size=eval_size, seed=seed)
     return StudySplits(train=train, val=val, eval=eval_)
+
+
+def study_eval_indices(
+    test_labels: ArrayLike, *, eval_size: int = 1000, seed: int = 42
+) -> np.ndarray:
+    """The study's stratified evaluation subset (`study_splits(...).eval`) from the test
+    labels alone, so an evaluation needs no training data.
+
+    Raises:
+        ValueError: bad seed or a size the test split cannot meet.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an int; got {seed=!r}")
+    key = jax.random.fold_in(jax.random.key(seed), _EVAL_STREAM)
+    return stratified_indices(test_labels, eval_size, key)

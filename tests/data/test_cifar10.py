@@ -24,6 +24,7 @@ from advjax.data import (
     load_cifar10,
     read_binary_batch,
     stratified_indices,
+    study_eval_indices,
     study_splits,
     verify_official,
     write_binary_batch,
@@ -145,6 +146,29 @@ def test_fixture_round_trips_exactly_through_load_cifar10(fixture_dir):
     assert data.train_labels.dtype == np.int32 and data.test_labels.dtype == np.int32
     assert data.class_names == CLASS_NAMES  # Blank lines in batches.meta.txt are ignored.
     assert data.source == f"binary:{folder.resolve()}"
+
+
+def test_the_test_split_alone_loads_without_any_training_file(fixture_dir):
+    """splits=("test",) reads test_batch and the class names only: with every training file
+    gone it gives the same test arrays and empty training arrays; the training split alone
+    needs no test file."""
+    folder, batches = fixture_dir
+    full = load_cifar10(folder)
+    for path in folder.glob("data_batch_*"):
+        path.unlink()
+    with pytest.raises(DataError, match="data_batch_1"):
+        load_cifar10(folder)
+    test_only = load_cifar10(folder, splits=("test",))
+    np.testing.assert_array_equal(test_only.test_images, full.test_images)
+    np.testing.assert_array_equal(test_only.test_labels, full.test_labels)
+    assert test_only.train_images.shape == (0, 32, 32, 3) and test_only.train_labels.shape == (0,)
+    assert test_only.train_images.dtype == np.uint8 and test_only.train_labels.dtype == np.int32
+    _write_fixture(folder)
+    next(folder.glob("test_batch*")).unlink()
+    assert len(load_cifar10(folder, splits=["train"]).train_labels) == 5 * RECORDS
+    for bad in ((), ("val",), ("test", "eval")):
+        with pytest.raises(ValueError, match="splits="):
+            load_cifar10(folder, splits=bad)
 
 
 def test_env_var_selects_the_binary_folder(fixture_dir, monkeypatch):
@@ -441,6 +465,20 @@ def test_study_splits_are_pinned_for_this_jax_version():
     assert splits.eval[:6].tolist() == [33, 43, 44, 48, 52, 62]
 
 
+def test_study_eval_indices_is_the_study_eval_split():
+    """The evaluation subset drawn from the test labels alone is the study's `eval`."""
+    train_labels, test_labels = _synthetic_labels(100, 4), _synthetic_labels(50, 3)
+    for seed, size in ((42, 100), (7, 30)):
+        splits = study_splits(
+            train_labels, test_labels, train_size=100, val_size=100, eval_size=size, seed=seed
+        )
+        np.testing.assert_array_equal(
+            study_eval_indices(test_labels, eval_size=size, seed=seed), splits.eval
+        )
+    with pytest.raises(ValueError, match="seed"):
+        study_eval_indices(test_labels, seed=1.5)
+
+
 def test_eval_split_uses_only_test_labels():
     """Changing the train labels leaves the eval subset (drawn from the test split) unchanged."""
     test_labels = _synthetic_labels(50, 3)
@@ -514,6 +552,7 @@ def test_data_that_parses_but_is_not_the_official_release_is_refused(real_data, 
     other[0, 0, 0, 0] ^= 1
     with pytest.raises(DataError, match="test split parses but is not the official one"):
         verify_official(real_data._replace(test_images=other))
+    verify_official(real_data._replace(test_images=other), splits=("train",))
 
 
 def test_the_tfds_path_has_every_dependency_it_imports(tmp_path):
