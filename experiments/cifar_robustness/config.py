@@ -248,7 +248,31 @@ PGD_SILU_SCRATCH_WIDE = dataclasses.replace(
 )
 """The capacity diagnostic: if the same recipe fits and generalises clearly better with
 every layer twice as wide, the 403k CNN's limit is its capacity."""
-ROBUST_CNN_MODELS = (PGD_SILU_SCRATCH, PGD_SILU_SCRATCH_EMA, PGD_SILU_SCRATCH_WIDE)
+CAPACITY_SHORT = dataclasses.replace(
+    PGD_SILU_SCRATCH,
+    name="capacity_short",
+    train_size=10000,
+    epochs=5,
+    label="Capacity check: PGD-5-AT with SiLU, 10k images, 5 ep, the study's width",
+)
+"""The capacity diagnostic at a budget 2 CPU cores afford (a fifth of the data, an eighth of
+the epochs of `PGD_SILU_SCRATCH`): paired with `CAPACITY_SHORT_WIDE`, it shows whether
+doubling every width fits the adversarial training examples and generalises better at the
+same data and steps."""
+CAPACITY_SHORT_WIDE = dataclasses.replace(
+    CAPACITY_SHORT,
+    name="capacity_short_wide",
+    label="Capacity check: PGD-5-AT with SiLU, 10k images, 5 ep, every width doubled (1.6M)",
+    width=2,
+)
+"""`CAPACITY_SHORT` with every layer twice as wide (1.6M parameters, not the study's model)."""
+ROBUST_CNN_MODELS = (
+    PGD_SILU_SCRATCH,
+    PGD_SILU_SCRATCH_EMA,
+    PGD_SILU_SCRATCH_WIDE,
+    CAPACITY_SHORT,
+    CAPACITY_SHORT_WIDE,
+)
 """Candidates for the most robust 403k CNN; training them takes hours on 2 CPU cores and
 minutes on a GPU (`--models` picks some)."""
 
