@@ -390,8 +390,9 @@ def test_the_silu_model_differs_from_its_control_in_the_activation_alone():
 
 def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
     """The robust_cnn profile's candidates: the from-scratch PGD-5-AT SiLU recipe, the same
-    with weight averaging, and the averaged recipe with doubled widths; the averaging and
-    the width reach the training config; the policy, declared before training, names a
+    with weight averaging, the averaged recipe with doubled widths, and the capacity check
+    (the recipe on less data and fewer epochs, at both widths); the averaging and the width
+    reach the training config; the policy, declared before training, names a
     candidate and rolls back against another; the research models' digests are unchanged
     by the new fields."""
     import dataclasses
@@ -399,6 +400,8 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
     from advjax.evaluation import load_policy
     from experiments.cifar_robustness import study
     from experiments.cifar_robustness.config import (
+        CAPACITY_SHORT,
+        CAPACITY_SHORT_WIDE,
         PGD_CONTINUE_NODROP,
         PGD_SILU_SCRATCH,
         PGD_SILU_SCRATCH_EMA,
@@ -407,7 +410,18 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
     )
 
     config = profile("robust_cnn")
-    assert config.models == (PGD_SILU_SCRATCH, PGD_SILU_SCRATCH_EMA, PGD_SILU_SCRATCH_WIDE)
+    assert config.models == (
+        PGD_SILU_SCRATCH, PGD_SILU_SCRATCH_EMA, PGD_SILU_SCRATCH_WIDE, CAPACITY_SHORT,
+        CAPACITY_SHORT_WIDE,
+    )  # fmt: skip
+    # The capacity check: the from-scratch recipe at a shorter budget, then only the width.
+    assert dataclasses.replace(
+        CAPACITY_SHORT, name=PGD_SILU_SCRATCH.name, label=PGD_SILU_SCRATCH.label,
+        train_size=PGD_SILU_SCRATCH.train_size, epochs=PGD_SILU_SCRATCH.epochs,
+    ) == PGD_SILU_SCRATCH  # fmt: skip
+    assert dataclasses.replace(
+        CAPACITY_SHORT_WIDE, name=CAPACITY_SHORT.name, label=CAPACITY_SHORT.label, width=None
+    ) == CAPACITY_SHORT  # fmt: skip
     assert dataclasses.replace(
         PGD_SILU_SCRATCH_EMA, name=PGD_SILU_SCRATCH.name, label=PGD_SILU_SCRATCH.label,
         ema_decay=None,
@@ -417,10 +431,12 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
     assert trained["pgd_silu_scratch"].ema_decay is None
     assert trained["pgd_silu_scratch_ema"].ema_decay == 0.999
     assert trained["pgd_silu_scratch_wide"].width == 2
-    assert len({config.model_digest(m) for m in config.models}) == 3
+    assert len({config.model_digest(m) for m in config.models}) == 5
     policy, _ = load_policy(Path(study.__file__).parent / PROFILE_POLICIES["robust_cnn"])
     names = {m.name for m in config.models}
     assert set(policy["models"]) <= names and policy["rollback_below"]["baseline_model"] in names
+    capacity, _ = load_policy(Path(study.__file__).parent / "capacity_policy.json")
+    assert set(capacity["models"]) == {CAPACITY_SHORT.name, CAPACITY_SHORT_WIDE.name}
     assert config.model_digest(PGD_CONTINUE_NODROP) == "c4cba2af72b5b945"
 
 
