@@ -127,15 +127,20 @@ def study_splits(
         >>> splits = study_splits(data.train_labels, data.test_labels)
         >>> x_eval = data.test_images[splits.eval]
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an int; got {seed=!r}")
-    key = jax.random.key(seed)
+    key = _study_key(seed)
     train = stratified_indices(train_labels, train_size, jax.random.fold_in(key, _TRAIN_STREAM))
     val = stratified_indices(
         train_labels, val_size, jax.random.fold_in(key, _VAL_STREAM), exclude=train
     )
-    eval_ = study_eval_indices(test_labels, eval_size=eval_size, seed=seed)
+    eval_ = stratified_indices(test_labels, eval_size, jax.random.fold_in(key, _EVAL_STREAM))
     return StudySplits(train=train, val=val, eval=eval_)
+
+
+def _study_key(seed) -> jax.Array:
+    """The root key of the study's subsets; raises ValueError unless `seed` is an int."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an int; got {seed=!r}")
+    return jax.random.key(seed)
 
 
 def study_eval_indices(
@@ -147,7 +152,5 @@ def study_eval_indices(
     Raises:
         ValueError: bad seed or a size the test split cannot meet.
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an int; got {seed=!r}")
-    key = jax.random.fold_in(jax.random.key(seed), _EVAL_STREAM)
+    key = jax.random.fold_in(_study_key(seed), _EVAL_STREAM)
     return stratified_indices(test_labels, eval_size, key)

@@ -102,9 +102,10 @@ def check(args: argparse.Namespace, out: Path, argv) -> dict:
         rows[name] = {
             s: {k: v for k, v in r.items() if k != "fgsm_accuracy"} for s, r in found.items()
         }
+        sizes = {s: len(labels) for s, (_, labels) in sets.items()}
         print(f"{name}: " + "; ".join(
-            f"{s} clean {format_rate(rate(round(r['clean_accuracy'] * args.n), args.n))}, "
-            f"PGD-{args.steps} {format_rate(rate(round(r['pgd_accuracy'] * args.n), args.n))}"
+            f"{s} clean {format_rate(rate(round(r['clean_accuracy'] * sizes[s]), sizes[s]))}, "
+            f"PGD-{args.steps} {format_rate(rate(round(r['pgd_accuracy'] * sizes[s]), sizes[s]))}"
             for s, r in found.items()
         ), flush=True)  # fmt: skip
     result = {
