@@ -41,6 +41,8 @@ class ModelSpec:
     activation: str | None = None  # None: ReLU (advjax.model.ACTIVATIONS)
     width: int | None = None  # None: the study's CNN (1); 2 doubles every layer's channels
     ema_decay: float | None = None  # None: no weight averaging (advjax.train.TrainConfig)
+    weight_decay: float | None = None  # None: the study's (AdamW's decoupled decay)
+    batch_size: int | None = None  # None: the study's
 
     def __post_init__(self):
         where = f"models.{self.name}"
@@ -60,6 +62,10 @@ class ModelSpec:
             _positive(f"{where}.width", self.width)
         if self.ema_decay is not None and not 0 < self.ema_decay < 1:
             raise ValueError(f"{where}.ema_decay={self.ema_decay!r} must be in (0, 1)")
+        if self.weight_decay is not None and not self.weight_decay >= 0:
+            raise ValueError(f"{where}.weight_decay={self.weight_decay!r} must be >= 0")
+        if self.batch_size is not None:
+            _positive(f"{where}.batch_size", self.batch_size)
 
     def to_dict(self) -> dict:
         """Fields for hashing; the optional ones only when set (keeps older digests valid)."""
@@ -74,6 +80,8 @@ class ModelSpec:
             "activation",
             "width",
             "ema_decay",
+            "weight_decay",
+            "batch_size",
         ):
             if d[optional] is None:
                 d.pop(optional)
@@ -266,12 +274,46 @@ CAPACITY_SHORT_WIDE = dataclasses.replace(
     width=2,
 )
 """`CAPACITY_SHORT` with every layer twice as wide (1.6M parameters, not the study's model)."""
+SHORT_NO_DECAY = dataclasses.replace(
+    CAPACITY_SHORT,
+    name="short_no_decay",
+    label="Less regularisation: the short recipe without weight decay",
+    weight_decay=0.0,
+)
+"""`CAPACITY_SHORT` without AdamW's decoupled weight decay (5e-4 times the learning rate per
+step: at most 0.7 % shrinkage over the 40-epoch schedule, so it is expected to matter little)."""
+SHORT_FLIP_ONLY = dataclasses.replace(
+    CAPACITY_SHORT,
+    name="short_flip_only",
+    label="Less regularisation: the short recipe with flips only (no random crop)",
+    augment_pad=0,
+)
+"""`CAPACITY_SHORT` with weaker augmentation: the random crop made the identity, flips kept."""
+SHORT_BATCH64 = dataclasses.replace(
+    CAPACITY_SHORT,
+    name="short_batch64",
+    label="Less regularisation: the short recipe at batch size 64 (twice the steps)",
+    batch_size=64,
+)
+"""`CAPACITY_SHORT` at half the batch size: twice the updates over the same images."""
+SHORT_LR2X = dataclasses.replace(
+    CAPACITY_SHORT,
+    name="short_lr2x",
+    label="Less regularisation: the short recipe at twice the learning rate (2e-3)",
+    learning_rate=2e-3,
+)
+"""`CAPACITY_SHORT` at twice the peak learning rate of its cosine schedule."""
+REGULARISATION_PROBES = (SHORT_NO_DECAY, SHORT_FLIP_ONLY, SHORT_BATCH64, SHORT_LR2X)
+"""One change at a time away from `CAPACITY_SHORT` towards less regularisation, each
+trained at its budget (10k images, 5 epochs) and compared with it on the same validation
+images: the fit check says the full recipe underfits, and these say which lever moves it."""
 ROBUST_CNN_MODELS = (
     PGD_SILU_SCRATCH,
     PGD_SILU_SCRATCH_EMA,
     PGD_SILU_SCRATCH_WIDE,
     CAPACITY_SHORT,
     CAPACITY_SHORT_WIDE,
+    *REGULARISATION_PROBES,
 )
 """Candidates for the most robust 403k CNN; training them takes hours on 2 CPU cores and
 minutes on a GPU (`--models` picks some)."""
@@ -400,7 +442,7 @@ PROFILES = ("default", "research", "robust_cnn", "reference", "quick")
 PROFILE_OUTPUTS = {
     "default": "results",
     "research": "results/research",
-    "robust_cnn": "results/robust_cnn",
+    "robust_cnn": "results/research/robust_cnn",
     "reference": "results",
 }
 """Each profile's output folder when --out is not given (quick: a new temporary folder)."""

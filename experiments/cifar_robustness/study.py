@@ -51,9 +51,9 @@ def train_config(config: StudyConfig, spec: ModelSpec) -> TrainConfig:
     return TrainConfig(
         mode=spec.mode,
         epochs=spec.epochs,
-        batch_size=config.batch_size,
+        batch_size=config.batch_size if spec.batch_size is None else spec.batch_size,
         learning_rate=config.learning_rate if spec.learning_rate is None else spec.learning_rate,
-        weight_decay=config.weight_decay,
+        weight_decay=config.weight_decay if spec.weight_decay is None else spec.weight_decay,
         dropout_rate=config.dropout_rate if spec.dropout_rate is None else spec.dropout_rate,
         adv_eps=config.train_eps,
         seed=config.seed if spec.seed is None else spec.seed,

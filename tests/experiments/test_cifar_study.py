@@ -407,12 +407,13 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
         PGD_SILU_SCRATCH_EMA,
         PGD_SILU_SCRATCH_WIDE,
         PROFILE_POLICIES,
+        REGULARISATION_PROBES,
     )
 
     config = profile("robust_cnn")
     assert config.models == (
         PGD_SILU_SCRATCH, PGD_SILU_SCRATCH_EMA, PGD_SILU_SCRATCH_WIDE, CAPACITY_SHORT,
-        CAPACITY_SHORT_WIDE,
+        CAPACITY_SHORT_WIDE, *REGULARISATION_PROBES,
     )  # fmt: skip
     # The capacity check: the from-scratch recipe at a shorter budget, then only the width.
     assert dataclasses.replace(
@@ -431,13 +432,58 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
     assert trained["pgd_silu_scratch"].ema_decay is None
     assert trained["pgd_silu_scratch_ema"].ema_decay == 0.999
     assert trained["pgd_silu_scratch_wide"].width == 2
-    assert len({config.model_digest(m) for m in config.models}) == 5
+    assert len({config.model_digest(m) for m in config.models}) == 9
     policy, _ = load_policy(Path(study.__file__).parent / PROFILE_POLICIES["robust_cnn"])
     names = {m.name for m in config.models}
     assert set(policy["models"]) <= names and policy["rollback_below"]["baseline_model"] in names
     capacity, _ = load_policy(Path(study.__file__).parent / "capacity_policy.json")
     assert set(capacity["models"]) == {CAPACITY_SHORT.name, CAPACITY_SHORT_WIDE.name}
     assert config.model_digest(PGD_CONTINUE_NODROP) == "c4cba2af72b5b945"
+
+
+def test_each_regularisation_probe_is_the_short_recipe_with_one_setting_less_regularising():
+    """The probes differ from `capacity_short` in exactly one training setting, that setting
+    reaches the training config, and their policy (declared before training) names the
+    baseline and every probe; the existing models' digests do not move with the new fields."""
+    import dataclasses
+
+    from advjax.evaluation import load_policy
+    from experiments.cifar_robustness import study
+    from experiments.cifar_robustness.config import CAPACITY_SHORT, REGULARISATION_PROBES
+
+    config = profile("robust_cnn")
+    base = study.train_config(config, CAPACITY_SHORT)
+    changed = {}
+    for probe in REGULARISATION_PROBES:
+        assert probe.name != CAPACITY_SHORT.name and probe.label != CAPACITY_SHORT.label
+        same_names = dataclasses.replace(
+            probe, name=CAPACITY_SHORT.name, label=CAPACITY_SHORT.label
+        )
+        diff = {
+            f.name
+            for f in dataclasses.fields(same_names)
+            if getattr(same_names, f.name) != getattr(CAPACITY_SHORT, f.name)
+        }
+        assert len(diff) == 1, (probe.name, diff)
+        trained = study.train_config(config, probe)
+        changed[probe.name] = {
+            f.name: getattr(trained, f.name)
+            for f in dataclasses.fields(trained)
+            if getattr(trained, f.name) != getattr(base, f.name)
+        }
+    assert changed == {
+        "short_no_decay": {"weight_decay": 0.0},
+        "short_flip_only": {"augment_pad": 0},
+        "short_batch64": {"batch_size": 64},
+        "short_lr2x": {"learning_rate": 2e-3},
+    }
+    policy, _ = load_policy(Path(study.__file__).parent / "regularisation_policy.json")
+    assert set(policy["models"]) == {CAPACITY_SHORT.name} | {p.name for p in REGULARISATION_PROBES}
+    assert config.model_digest(CAPACITY_SHORT) == "94db2b075b95972f"  # its committed checkpoint
+    with pytest.raises(ValueError, match="batch_size"):
+        dataclasses.replace(CAPACITY_SHORT, batch_size=0)
+    with pytest.raises(ValueError, match="weight_decay"):
+        dataclasses.replace(CAPACITY_SHORT, weight_decay=-1.0)
 
 
 def test_train_phase_trains_or_reuses_the_parent_and_fine_tunes_from_its_weights(
