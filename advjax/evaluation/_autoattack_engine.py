@@ -100,14 +100,25 @@ def _run_program(member, norm, random_model, logits_fn, x, y, eps, keys, target,
     return x_adv, jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y), queries
 
 
-def _batch_for(cases: int, batch_size: int, devices: int) -> int:
+PADDING_SLACK = 0.125
+"""Extra padded work a member accepts to reuse a batch shape it has already compiled
+rather than compile a new one (a new shape of an attack's program costs seconds on a CPU
+and tens of seconds on an accelerator; each run shrinks the cases left a little)."""
+
+
+def _batch_for(cases: int, batch_size: int, devices: int, compiled=()) -> int:
     """The compiled batch for `cases` still to attack: at most `batch_size`, split evenly
     over the fewest batches and rounded up to a multiple of 32 (a power of two below 32),
-    so padding stays small and few shapes compile; a multiple of the devices."""
+    so padding stays small; a multiple of the devices. A size in `compiled` is reused when
+    its padded work is within `PADDING_SLACK` of the new size's, so a member's runs share
+    few shapes."""
     batches = -(-cases // batch_size)
     even = -(-cases // batches)
     size = 1 << max(even - 1, 0).bit_length() if even < 32 else min(batch_size, -(-even // 32) * 32)
-    return -(-size // devices) * devices
+    size = -(-size // devices) * devices
+    work = lambda s: -(-cases // s) * s  # noqa: E731
+    reusable = [s for s in compiled if work(s) <= work(size) * (1 + PADDING_SLACK)]
+    return min(reusable, key=lambda s: (work(s), s)) if reusable else size
 
 
 def _placer(mesh, axis: str):
@@ -167,8 +178,11 @@ def attack_members(
         run = make_run(logits_fn, member, norm=norm, random_model=random_model)
         keys = jax.vmap(jax.random.fold_in, (0, None))(case_keys, member.stream)
         spent = np.zeros(n, np.int64)
+        shapes = set()
         for number, (target, restart) in enumerate(member.runs()):
-            for part, index in _batches(todo, _batch_for(len(todo), batch_size, devices)):
+            size = _batch_for(len(todo), batch_size, devices, shapes)
+            shapes.add(size)
+            for part, index in _batches(todo, size):
                 out = run(
                     place(jnp.asarray(x[index])), place(jnp.asarray(y[index])),
                     jnp.float32(eps), place(keys[index]), jnp.int32(target), jnp.int32(restart),

@@ -316,6 +316,7 @@ def run_study(
     }
     if config.surrogate:
         meta = read_checkpoint(checkpoints[config.surrogate.name])["metadata"]
+        timings[f"train_{config.surrogate.name}"] = meta["seconds"]
         results["surrogate"] = {
             "label": config.surrogate.label,
             "spec": dataclasses.asdict(config.surrogate),

@@ -38,6 +38,8 @@ def test_report_pairs_phases_and_states_the_training_speed_up(tmp_path):
     assert "| attack_m | 90 | 45 | 2.00x |" in text
     assert "| extra | not run | 5 |  |" in text
     assert "600 s before, 200 s after (3.00x)" in text
+    assert "| everything else | 10 | 50 | 0.20x |" in text  # wall minus the timed phases
+    assert "| **wall** | **700** | **300** | **2.33x** |" in text
     assert report["before"]["wall_seconds"] == 700.0
     assert "| m: fgsm + pgd | 90 | 30 | 3.00x |" in text
     assert json.loads((tmp_path / "end_to_end.json").read_text())["after"]["revision"] == "b" * 40
@@ -46,3 +48,21 @@ def test_report_pairs_phases_and_states_the_training_speed_up(tmp_path):
 def test_report_names_a_side_that_has_not_run(tmp_path):
     with pytest.raises(SystemExit, match="e2e_wall.json is missing"):
         end_to_end.main(["--report-only", "--work", str(tmp_path), "--out", str(tmp_path)])
+
+
+def test_only_after_pairs_a_new_after_side_with_the_kept_before_side(tmp_path):
+    """`--only-after` (here with --report-only: no study is run) keeps the before side of
+    the report in --out, as it was measured, and reads only the after side's folder."""
+    work = tmp_path / "work"
+    _side(work / "before", "a" * 40, {"train_m": 600.0}, ["m"], 700.0)
+    _side(work / "after", "b" * 40, {"train_m": 200.0}, ["m"], 300.0)
+    end_to_end.main(["--report-only", "--work", str(work), "--out", str(tmp_path)])
+    (work / "before" / "results.json").unlink()  # the kept side is not read again
+    _side(work / "after2", "c" * 40, {"train_m": 100.0}, ["m"], 150.0)
+    (work / "after").rename(work / "after_old")
+    (work / "after2").rename(work / "after")
+    report = end_to_end.main(
+        ["--report-only", "--only-after", "--work", str(work), "--out", str(tmp_path)]
+    )
+    assert report["before"]["revision"] == "a" * 40 and report["after"]["revision"] == "c" * 40
+    assert "| train_m | 600 | 100 | 6.00x |" in (tmp_path / "end_to_end.md").read_text()

@@ -320,3 +320,29 @@ def test_cases_sharded_over_4_devices_give_the_one_device_outcome():
     assert out["devices"] == 4
     assert out["broken_by_equal"] and out["queries_equal"]
     assert out["x_adv_max_difference"] <= 1e-6
+
+
+@pytest.mark.parametrize("batch_size,devices", [(250, 1), (2500, 1), (1024, 4)])
+def test_a_members_shrinking_runs_reuse_a_compiled_batch_shape_within_the_padding_slack(
+    batch_size, devices
+):
+    """As early stop shrinks the cases left run after run, a member keeps the batch shape
+    it compiled while the padded work stays within `PADDING_SLACK` of a fresh shape's; each
+    batch covers its cases, fits `batch_size` and splits evenly over the devices."""
+    from advjax.evaluation._autoattack_engine import PADDING_SLACK, _batch_for
+
+    work = lambda cases, size: -(-cases // size) * size  # noqa: E731
+    left = [round(batch_size * 1.5 * 0.985**run) for run in range(40)] + [31, 7, 1]
+    shapes, chosen = set(), []
+    for cases in left:
+        fresh = _batch_for(cases, batch_size, devices)
+        size = _batch_for(cases, batch_size, devices, shapes)
+        shapes.add(size)
+        chosen.append(size)
+        assert size <= max(batch_size, fresh) and size % devices == 0
+        assert cases <= work(cases, size) <= work(cases, fresh) * (1 + PADDING_SLACK)
+    without_reuse = {_batch_for(cases, batch_size, devices) for cases in left}
+    assert len(shapes) <= len(without_reuse)
+    if batch_size >= 1000:  # where a 1.5 % shrink crosses a multiple of 32 within a run or two
+        assert len(shapes) <= len(without_reuse) // 2
+        assert chosen[:7] == [chosen[0]] * 7  # seven runs, one shape
