@@ -33,6 +33,7 @@ from advjax import backend
 DATASETS = ("cifar10",)
 PROG = "advjax.evaluate"
 DEBUG_ENV = "ADVJAX_DEBUG"
+CACHE_ENV = "ADVJAX_COMPILE_CACHE"
 
 
 def parse_eps(text: str) -> float:
@@ -68,6 +69,12 @@ def parse_args(argv):
     p.add_argument("--out", required=True, help="output folder (records, summary, report)")
     p.add_argument("--policy", default=None, help="release policy JSON the gate applies")
     p.add_argument("--name", default=None, help="model name in the records (default: file stem)")
+    p.add_argument(
+        "--compile-cache",
+        default=os.environ.get(CACHE_ENV),
+        help=f"folder of JAX's persistent compilation cache (else ${CACHE_ENV}; default none): "
+        "a resumed or repeated run loads the attacks' compiled programs instead of compiling",
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument(
         "--repair-records",
@@ -144,6 +151,17 @@ def repair(args) -> int:
     return 0
 
 
+def use_compile_cache(folder: str) -> None:
+    """Keep every compiled program of this process in JAX's persistent cache at `folder`
+    (made if missing), however short its compilation."""
+    import jax
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(Path(folder).resolve()))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
 def evaluate(args, argv) -> int:
     import jax
 
@@ -170,6 +188,8 @@ def evaluate(args, argv) -> int:
         raise ValueError(
             f"--eps {args.eps:g} must be in [0, {limit:g}] for --norm {args.norm} (e.g. 8/255)"
         )
+    if args.compile_cache:
+        use_compile_cache(args.compile_cache)
     members = resolve_members(args.version, None, args.norm)
     tm = autoattack_threat_model(args.eps, members, args.norm)
     print(tm.describe())

@@ -66,3 +66,31 @@ def test_bad_arguments_are_one_line_errors_with_exit_code_2(tmp_path, capsys, ar
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("advjax.evaluate: error:")
     assert __import__("re").search(message, err), err
+
+
+@pytest.mark.slow
+@needs_data
+def test_a_second_run_with_the_compile_cache_compiles_nothing_new_and_gives_the_same_numbers(
+    tmp_path,
+):
+    """`--compile-cache DIR`: the first run fills the persistent cache; a second run into a
+    fresh folder (every attack runs again) finds every program there, adding no entry,
+    and decides every case the same way. Each run is its own process, as a user's is."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+
+    def run(folder):
+        argv = [sys.executable, "-m", "advjax.evaluate", "--model", MODEL, "--n", "20",
+                "--out", str(tmp_path / folder), "--compile-cache", str(cache)]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, env=os.environ | {})
+        assert done.returncode == 0, done.stderr
+        summary = json.loads((tmp_path / folder / "summary.json").read_text())
+        return [g["robust_accuracy"] for g in summary["aggregates"]]
+
+    first = run("first")
+    entries = sorted(p.name for p in cache.iterdir())
+    assert len(entries) >= 4, "one program per member at least"
+    assert run("second") == first
+    assert sorted(p.name for p in cache.iterdir()) == entries
