@@ -6,7 +6,9 @@ APGD-CE (100 steps), then APGD-T (the targeted DLR loss, 9 target classes x 100 
 FAB-T (9 targets x 100 steps) and the score-based Square attack (5,000 queries), each on
 the cases every earlier member left robust. APGD-T, FAB-T and Square are the held-out
 suite: no model was trained or selected with them. Writes <out>/records.jsonl,
-summary.json and tables.md; resumes where it stopped. --repair-records repairs
+summary.json and tables.md (with torchattacks' numbers on the same models and cases
+beside them, where `benchmarks.autoattack_peer_study` has written <out>/peer_torchattacks.json);
+resumes where it stopped. --repair-records repairs
 <out>/records.jsonl (duplicated lines) and exits; one run writes a folder at a time.
 """
 
@@ -89,13 +91,37 @@ def checks(groups: list[dict], study: dict, model_names, eps: float) -> list[Che
     return out
 
 
-def table(groups, study, model_names, member_specs, eps) -> str:
+PEER_FILE = "peer_torchattacks.json"
+"""torchattacks' AutoAttack on the same models and cases (`benchmarks.autoattack_peer_study`)."""
+
+
+def peer_cells(peer: dict | None, records, model_names) -> dict[str, str]:
+    """Per model, the peer's robust accuracy and the cases where both give the same verdict,
+    for the models the peer attacked with the checkpoint these records were made with."""
+    if not peer:
+        return {}
+    hashes = {r.model: r.model_hash for r in records}
+    cells = {}
+    for name in model_names:
+        entry = peer["models"].get(name)
+        if entry and entry["model_hash"] == hashes.get(name):
+            agree, total = entry["agreement"]["same_verdict"], entry["robust"]["total"]
+            cells[name] = f"{entry['robust_text']}; same verdict on {agree:,}/{total:,}"
+    return cells
+
+
+def table(groups, study, model_names, member_specs, eps, peer=None) -> str:
+    """One row per model: clean, PGD-20, robust accuracy after each member, and, where
+    `peer` (model name -> cell) has the model, the peer AutoAttack's numbers beside them."""
+    peer = peer or {}
     label = f"{eps * 255:g}"
     head = ["model", "clean", f"PGD-20 {label}/255"]
     head += [
         f"after {m.name}" + (" (held out)" if m.name in HELD_OUT else "") for m in member_specs
     ]
     head += ["PGD-20 overstatement (points)"]
+    if peer:
+        head += ["torchattacks AutoAttack (peer)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in model_names:
         if name not in study["models"]:
@@ -112,6 +138,8 @@ def table(groups, study, model_names, member_specs, eps) -> str:
         ens = find_group(groups, model=name, attack=AUTOATTACK, eps=eps)["robust_accuracy"]
         cells[-1] = format_rate(ens)
         cells.append(f"{100 * (pgd['value'] - ens['value']):.1f}")
+        if peer:
+            cells.append(peer.get(name, "not run"))
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -198,6 +226,7 @@ def evaluate(args: argparse.Namespace, out: Path, argv) -> dict:
         },
     )
     atomic_write_json(out / "summary.json", summary)
+    peer = json.loads((out / PEER_FILE).read_text()) if (out / PEER_FILE).exists() else None
     text = (
         "\n\n".join(
             [
@@ -208,7 +237,7 @@ def evaluate(args: argparse.Namespace, out: Path, argv) -> dict:
                 "Robust accuracy after each member of the ensemble, cumulative (each member attacks "
                 "only the cases every earlier member left robust). Held out: never used to train or "
                 "select a model.",
-                table(groups, study, names, specs, eps),
+                table(groups, study, names, specs, eps, peer_cells(peer, records, names)),
                 "## Checks\n\n" + checks_table(summary),
             ]
         )

@@ -1,0 +1,146 @@
+"""The PyTorch AutoAttack peer on every model of a study's strong evaluation:
+`python -m benchmarks.autoattack_peer_study --study results [--models standard ...]`.
+
+For each model the strong evaluation attacked (`<study>/strong_evaluation/records.jsonl.gz`),
+torchattacks' standard members (`benchmarks/torch_autoattack.py`: APGD-CE, APGD-T, FAB-T
+with 9 targets and 100 iterations, Square with 5,000 queries, each member on the cases
+still robust) attack the same weights, exported to the peer's PyTorch `Net`, on the same
+images. advjax's side is the committed records, not a new run; the report per model is the
+peer's robust accuracy with its interval, its count after each member, and the per-case
+agreement with advjax's AutoAttack. Written, one model at a time, to
+`<study>/strong_evaluation/peer_torchattacks.json`, which the strong evaluation's table
+shows beside its own numbers; a model already there with the same checkpoint and records is
+not attacked again. Timings are the peer's own, on whatever else the machine was running
+(the load averages are stored): the speed comparison is `benchmarks.autoattack_peer`.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from advjax import backend
+from benchmarks.autoattack_peer import torch_weights
+
+REPO = Path(__file__).resolve().parents[1]
+PEER_FILE = "peer_torchattacks.json"
+
+
+def advjax_robust(records, model: str, n: int) -> tuple[np.ndarray, str]:
+    """advjax's per-case AutoAttack verdict (robust or not) on cases 0..n-1, and the
+    model hash the records were made with."""
+    from advjax.evaluation import AUTOATTACK
+    from advjax.evaluation._records import ROBUST_STATUSES
+
+    mine = [r for r in records if r.model == model and r.attack == AUTOATTACK]
+    if sorted(r.case_id for r in mine) != list(range(n)):
+        raise SystemExit(f"{model}: the strong evaluation's records do not hold cases 0..{n - 1}")
+    robust = np.zeros(n, bool)
+    for r in mine:
+        robust[r.case_id] = r.status in ROBUST_STATUSES
+    return robust, mine[0].model_hash
+
+
+def agreement(advjax: np.ndarray, torch: np.ndarray) -> dict:
+    return {
+        "both_robust": int((advjax & torch).sum()),
+        "advjax_only_robust": int((advjax & ~torch).sum()),
+        "torch_only_robust": int((~advjax & torch).sum()),
+        "same_verdict": int((advjax == torch).sum()),
+    }
+
+
+def run_peer(torch_python: str, model, variables, x, y, logits, threads: int) -> dict:
+    """torchattacks' standard members on the exported weights (`torch_autoattack.py`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs, output = Path(tmp) / "inputs.npz", Path(tmp) / "torch.json"
+        np.savez(inputs, x=np.ascontiguousarray(x.transpose(0, 3, 1, 2)), y=y.astype(np.int64),
+                 logits=logits, activation=np.asarray(model.activation), **torch_weights(variables))  # fmt: skip
+        subprocess.run(
+            [torch_python, str(REPO / "benchmarks" / "torch_autoattack.py"), "--peer-dir",
+             str(REPO.parent / "shared" / "peers"), "--inputs", str(inputs), "--out", str(output),
+             "--threads", str(threads)],
+            check=True,
+        )  # fmt: skip
+        return json.loads(output.read_text())
+
+
+def main(argv=None) -> dict:
+    backend.configure()  # advjax's XLA CPU settings, before any JAX work
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--study", default="results", help="a study run with strong_evaluation/")
+    p.add_argument("--models", nargs="+", default=None, help="default: every model evaluated")
+    p.add_argument("--torch-python", default=str(REPO / ".torchvenv" / "bin" / "python"))
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--data-dir", default=None)
+    args = p.parse_args(argv)
+    from advjax.data import load_cifar10
+    from advjax.evaluation import rate
+    from advjax.io import atomic_write_json, environment, load_checkpoint, read_records, record_file
+    from advjax.model import eval_logits_fn
+    from advjax.train import to_float
+
+    study_dir = Path(args.study)
+    study = json.loads((study_dir / "results.json").read_text())
+    folder = study_dir / "strong_evaluation"
+    records = read_records(record_file(folder))
+    names = args.models or sorted({r.model for r in records})
+    index = np.asarray(study["data"]["eval_indices"])
+    data = load_cifar10(args.data_dir, splits=("test",))
+    x, y = np.asarray(to_float(data.test_images[index])), data.test_labels[index]
+    path = folder / PEER_FILE
+    report = json.loads(path.read_text()) if path.exists() else {"models": {}}
+    report["command"] = "python -m benchmarks.autoattack_peer_study " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    for name in names:
+        robust_a, model_hash = advjax_robust(records, name, len(y))
+        kept = report["models"].get(name)
+        if kept and kept["model_hash"] == model_hash:
+            print(f"[peer] {name}: kept ({kept['robust_text']})")
+            continue
+        model, variables = load_checkpoint(study_dir / "checkpoints" / f"{name}.msgpack")
+        logits_fn = jax.jit(eval_logits_fn(model, variables))
+        logits = np.concatenate(
+            [np.asarray(logits_fn(x[i : i + 250])) for i in range(0, len(y), 250)]
+        )
+        print(f"[peer] {name}: torchattacks on {len(y):,} cases", flush=True)
+        load_start, started = list(os.getloadavg()), time.perf_counter()
+        peer = run_peer(args.torch_python, model, variables, x, y, logits, args.threads)
+        robust_t = np.asarray(peer["robust"], bool)
+        r = rate(int(robust_t.sum()), len(y))
+        lo, hi = r["ci95"]
+        report["models"][name] = {
+            "model_hash": model_hash,
+            "robust": r,
+            "robust_text": f"{100 * r['value']:.1f} % ({r['count']:,}/{r['total']:,}, "
+            f"CI {100 * lo:.1f}-{100 * hi:.1f})",
+            "advjax_robust": int(robust_a.sum()),
+            "agreement": agreement(robust_a, robust_t),
+            "after": {row["member"]: row["robust"] for row in peer["members"]},
+            "member_seconds": {row["member"]: row["seconds"] for row in peer["members"][1:]},
+            "seconds": time.perf_counter() - started,
+            "load_average": {"start": load_start, "end": list(os.getloadavg())},
+            "max_logit_difference": peer["max_logit_difference"],
+            "versions": {"torch": peer["torch"], "torchattacks": peer["torchattacks"]},
+            "robust_torch": robust_t.astype(int).tolist(),
+            "environment": environment(),
+        }
+        atomic_write_json(path, report)
+        print(f"[peer] {name}: {report['models'][name]['robust_text']}; advjax "
+              f"{int(robust_a.sum())}; {report['models'][name]['agreement']}", flush=True)  # fmt: skip
+    atomic_write_json(path, report)
+    return report
+
+
+if __name__ == "__main__":
+    main()
