@@ -268,6 +268,18 @@ def test_the_numpy_sort_on_cpu_gives_the_projections_exactly_what_jnp_argsort_gi
         np.testing.assert_array_equal(np.asarray(host), np.asarray(device))
 
 
+def test_the_host_sort_split_over_threads_gives_numpys_stable_indices_ties_included():
+    """Large batches of rows are sorted on every usable core; pixel values (k / 255) tie
+    everywhere, and the indices must still be NumPy's stable ones, in any leading shape."""
+    from advjax.attacks import _fab
+
+    rng = np.random.default_rng(0)
+    a = (rng.integers(0, 256, (2, 37, 3072)) / 255).astype(np.float32)
+    got = _fab._host_argsort(a)
+    assert got.dtype == np.int32 and got.shape == a.shape
+    np.testing.assert_array_equal(got, np.argsort(a, axis=-1, kind="stable"))
+
+
 class JitOfTheCallerTest(chex.TestCase):
     """FAB's projections and the attack give the same numbers with and without the caller's jit."""
 
