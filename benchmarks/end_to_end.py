@@ -76,9 +76,19 @@ def run_side(repo: str, revision: str, out: Path, extra: list[str]) -> dict:
         "wall_seconds": wall,
         "load_average_start": load_start,
         "load_average_end": load_average(),
+        "matmul_gflops": machine_speed(),
     }
     write_atomic(out / WALL_FILE, json.dumps(record, indent=2))
     return record
+
+
+def machine_speed() -> float:
+    """This machine's float32 matmul speed right after a side's run (median GFLOP/s of a
+    2048^2 `jnp.dot`): the same 2 cores are not always equally fast from day to day, so a
+    side's wall time is read beside it."""
+    from benchmarks.jax_workloads import matmul_peak
+
+    return matmul_peak(2048, 10)["gflops_median"]
 
 
 def read_side(out: Path) -> dict:
@@ -94,7 +104,8 @@ def read_side(out: Path) -> dict:
         "budget_restarts": results.get("config", {}).get("budget_restarts"),
         "timings_seconds": results["timings_seconds"],
         "models": sorted(results["models"]),
-        "environment_xla_flags": results.get("environment", {}).get("xla_flags_set_by_advjax"),
+        "environment_xla_flags": results.get("environment", {}).get("xla_flags_set_by_advjax")
+        or results.get("environment", {}).get("xla_flags"),
     }
 
 
@@ -147,14 +158,23 @@ def markdown(report: dict) -> str:
         f"`{report['command']}` · machine: {report['machine']['cpu_model']}, "
         f"{report['machine']['usable_cores']} usable cores",
         "",
-        "| side | revision | models | wall (s) | load average at start / end | XLA_FLAGS set by advjax |",
-        "|---|---|---|---|---|---|",
+        "| side | revision | models | wall (s) | load average at start / end | "
+        "float32 matmul GFLOP/s after the run | XLA_FLAGS in effect |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, side in (("before", before), ("after", after)):
+        speed = side.get("matmul_gflops")
         lines.append(
             f"| {name} | `{side['revision'][:10]}` | {', '.join(side['models'])} | "
             f"{side['wall_seconds']:,.0f} | {side['load_average_start']} / "
-            f"{side['load_average_end']} | {side['environment_xla_flags'] or 'none'} |"
+            f"{side['load_average_end']} | {f'{speed:.0f}' if speed else 'not measured'} | "
+            f"{side['environment_xla_flags'] or 'none'} |"
+        )
+    speeds = [s.get("matmul_gflops") for s in (before, after)]
+    if not all(speeds):
+        lines.append(
+            "\nOne side's machine speed was not measured: if the two sides ran on different "
+            "days, their ratios mix the code's speed with the machine's."
         )
     for name, side in (("before", before), ("after", after)):
         lines.append(

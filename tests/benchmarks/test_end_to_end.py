@@ -40,6 +40,7 @@ def test_report_pairs_phases_and_states_the_training_speed_up(tmp_path):
     assert "600 s before, 200 s after (3.00x)" in text
     assert "| everything else | 10 | 50 | 0.20x |" in text  # wall minus the timed phases
     assert "| **wall** | **700** | **300** | **2.33x** |" in text
+    assert "One side's machine speed was not measured" in text
     assert report["before"]["wall_seconds"] == 700.0
     assert "| m: fgsm + pgd | 90 | 30 | 3.00x |" in text
     assert json.loads((tmp_path / "end_to_end.json").read_text())["after"]["revision"] == "b" * 40
@@ -66,3 +67,17 @@ def test_only_after_pairs_a_new_after_side_with_the_kept_before_side(tmp_path):
     )
     assert report["before"]["revision"] == "a" * 40 and report["after"]["revision"] == "c" * 40
     assert "| train_m | 600 | 100 | 6.00x |" in (tmp_path / "end_to_end.md").read_text()
+
+
+def test_each_sides_machine_speed_is_shown_beside_its_wall_time(tmp_path):
+    """The matmul speed measured after a side's run is shown; with both measured, no caveat."""
+    work = tmp_path / "work"
+    for side, speed in (("before", 480.0), ("after", 203.0)):
+        _side(work / side, side[0] * 40, {"train_m": 100.0}, ["m"], 150.0)
+        record = json.loads((work / side / end_to_end.WALL_FILE).read_text())
+        record["matmul_gflops"] = speed
+        (work / side / end_to_end.WALL_FILE).write_text(json.dumps(record))
+    end_to_end.main(["--report-only", "--work", str(work), "--out", str(tmp_path)])
+    text = (tmp_path / "end_to_end.md").read_text()
+    assert "| 480 |" in text and "| 203 |" in text
+    assert "machine speed was not measured" not in text
