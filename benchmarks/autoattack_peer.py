@@ -58,6 +58,22 @@ def torch_weights(variables: dict) -> dict:
     return {k: v.astype(np.float32) for k, v in out.items()}  # fmt: skip
 
 
+def run_peer(torch_python: str, model, variables, x, y, logits, *, threads: int) -> dict:
+    """torchattacks' standard members (`torch_autoattack.py`, in its own environment) on
+    `variables` exported to the peer's `Net`, on NHWC images `x`; its JSON result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs, output = Path(tmp) / "inputs.npz", Path(tmp) / "torch.json"
+        np.savez(inputs, x=np.ascontiguousarray(x.transpose(0, 3, 1, 2)), y=y.astype(np.int64),
+                 logits=logits, activation=np.asarray(model.activation), **torch_weights(variables))  # fmt: skip
+        subprocess.run(
+            [torch_python, str(REPO / "benchmarks" / "torch_autoattack.py"), "--peer-dir",
+             str(REPO.parent / "shared" / "peers"), "--inputs", str(inputs), "--out", str(output),
+             "--threads", str(threads)],
+            check=True,
+        )  # fmt: skip
+        return json.loads(output.read_text())
+
+
 def run_advjax(logits_fn, x, y, eps, seed):
     from advjax.evaluation import autoattack
 
@@ -153,18 +169,9 @@ def main(argv=None) -> dict:
     load_start = list(os.getloadavg())
     result, seconds, member_seconds = run_advjax(logits_fn, x, y, 8 / 255, args.seed)
     advjax_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    with tempfile.TemporaryDirectory() as tmp:
-        inputs, output = Path(tmp) / "inputs.npz", Path(tmp) / "torch.json"
-        np.savez(inputs, x=np.ascontiguousarray(x.transpose(0, 3, 1, 2)), y=y.astype(np.int64),
-                 logits=logits, activation=np.asarray(model.activation), **torch_weights(variables))  # fmt: skip
-        started = time.perf_counter()
-        subprocess.run(
-            [args.torch_python, str(REPO / "benchmarks" / "torch_autoattack.py"), "--peer-dir",
-             str(REPO.parent / "shared" / "peers"), "--inputs", str(inputs), "--out", str(output)],
-            check=True,
-        )  # fmt: skip
-        torch_wall = time.perf_counter() - started
-        peer = json.loads(output.read_text())
+    started = time.perf_counter()
+    peer = run_peer(args.torch_python, model, variables, x, y, logits, threads=2)
+    torch_wall = time.perf_counter() - started
     load_end = list(os.getloadavg())
     members = resolve_members("standard", None, "linf")
     torch_robust = np.asarray(peer["robust"], bool)

@@ -17,9 +17,7 @@ not attacked again. Timings are the peer's own, on whatever else the machine was
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +25,7 @@ import jax
 import numpy as np
 
 from advjax import backend
-from benchmarks.autoattack_peer import torch_weights
+from benchmarks.autoattack_peer import run_peer
 
 REPO = Path(__file__).resolve().parents[1]
 PEER_FILE = "peer_torchattacks.json"
@@ -55,21 +53,6 @@ def agreement(advjax: np.ndarray, torch: np.ndarray) -> dict:
         "torch_only_robust": int((~advjax & torch).sum()),
         "same_verdict": int((advjax == torch).sum()),
     }
-
-
-def run_peer(torch_python: str, model, variables, x, y, logits, threads: int) -> dict:
-    """torchattacks' standard members on the exported weights (`torch_autoattack.py`)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        inputs, output = Path(tmp) / "inputs.npz", Path(tmp) / "torch.json"
-        np.savez(inputs, x=np.ascontiguousarray(x.transpose(0, 3, 1, 2)), y=y.astype(np.int64),
-                 logits=logits, activation=np.asarray(model.activation), **torch_weights(variables))  # fmt: skip
-        subprocess.run(
-            [torch_python, str(REPO / "benchmarks" / "torch_autoattack.py"), "--peer-dir",
-             str(REPO.parent / "shared" / "peers"), "--inputs", str(inputs), "--out", str(output),
-             "--threads", str(threads)],
-            check=True,
-        )  # fmt: skip
-        return json.loads(output.read_text())
 
 
 def main(argv=None) -> dict:
@@ -115,7 +98,7 @@ def main(argv=None) -> dict:
         )
         print(f"[peer] {name}: torchattacks on {len(y):,} cases", flush=True)
         load_start, started = list(os.getloadavg()), time.perf_counter()
-        peer = run_peer(args.torch_python, model, variables, x, y, logits, args.threads)
+        peer = run_peer(args.torch_python, model, variables, x, y, logits, threads=args.threads)
         robust_t = np.asarray(peer["robust"], bool)
         r = rate(int(robust_t.sum()), len(y))
         lo, hi = r["ci95"]
