@@ -123,7 +123,10 @@ def _phase_rows(before: dict, after: dict) -> list[str]:
         ratio = f"{tb / ta:.2f}x" if tb and ta else ""
         rows.append(f"| {phase} | {_seconds(tb)} | {_seconds(ta)} | {ratio} |")
     rb, ra = (s["wall_seconds"] - sum(s["timings_seconds"].values()) for s in (before, after))
-    rows.append(f"| everything else | {_seconds(rb)} | {_seconds(ra)} | {rb / ra:.2f}x |")
+    rows.append(
+        f"| everything else | {_seconds(rb)} | {_seconds(ra)} | "
+        f"{f'{rb / ra:.2f}x' if rb and ra else ''} |"
+    )
     rows.append(
         f"| **wall** | **{_seconds(before['wall_seconds'])}** | "
         f"**{_seconds(after['wall_seconds'])}** | "

@@ -59,12 +59,12 @@ def _sort_threads() -> int:
 def _host_argsort(a: np.ndarray) -> np.ndarray:
     """NumPy's stable argsort of each row, the rows split over the usable cores (NumPy's
     sort releases the GIL; XLA waits for the callback, so the cores are free)."""
-    threads = min(_sort_threads(), a.shape[0] if a.ndim > 1 else 1)
+    rows = a.reshape(-1, a.shape[-1])
+    threads = min(_sort_threads(), len(rows))
     if threads < 2 or a.size < 65536:
         return np.argsort(a, axis=-1, kind="stable").astype(np.int32)
     if not _SORT_POOL:
         _SORT_POOL.append(concurrent.futures.ThreadPoolExecutor(threads, "advjax-fab-sort"))
-    rows = a.reshape(-1, a.shape[-1])
     parts = np.array_split(np.arange(len(rows)), threads)
     jobs = [_SORT_POOL[0].submit(np.argsort, rows[p[0] : p[-1] + 1], -1, "stable") for p in parts]
     return np.concatenate([j.result() for j in jobs]).astype(np.int32).reshape(a.shape)
