@@ -307,6 +307,45 @@ REGULARISATION_PROBES = (SHORT_NO_DECAY, SHORT_FLIP_ONLY, SHORT_BATCH64, SHORT_L
 """One change at a time away from `CAPACITY_SHORT` towards less regularisation, each
 trained at its budget (10k images, 5 epochs) and compared with it on the same validation
 images: the fit check says the full recipe underfits, and these say which lever moves it."""
+PGD_SILU_SCRATCH_FLIP_EMA = dataclasses.replace(
+    PGD_SILU_SCRATCH_EMA,
+    name="pgd_silu_scratch_flip_ema",
+    label="PGD-5-AT with SiLU from scratch, flips only, weight average (47k, 40 ep)",
+    augment_pad=0,
+)
+"""`PGD_SILU_SCRATCH_EMA` without the random crop: the probe that moved validation PGD-10
+most (`SHORT_FLIP_ONLY`, +3.0 points at 10k images x 5 epochs), at the full length."""
+PGD_SILU_SCRATCH_FLIP = dataclasses.replace(
+    PGD_SILU_SCRATCH,
+    name="pgd_silu_scratch_flip",
+    label="PGD-5-AT with SiLU from scratch, flips only (47k, 40 ep, PGD-selected)",
+    augment_pad=0,
+)
+"""The live weights of `PGD_SILU_SCRATCH_FLIP_EMA`'s training; paired with `PGD_SILU_SCRATCH`."""
+PGD_SILU_SCRATCH_BATCH64_EMA = dataclasses.replace(
+    PGD_SILU_SCRATCH_EMA,
+    name="pgd_silu_scratch_batch64_ema",
+    label="PGD-5-AT with SiLU from scratch, batch 64, weight average (47k, 40 ep)",
+    batch_size=64,
+)
+"""`PGD_SILU_SCRATCH_EMA` at batch size 64, the second lever of the probes (`SHORT_BATCH64`,
++1.5 points), at the full length."""
+PGD_SILU_SCRATCH_BATCH64 = dataclasses.replace(
+    PGD_SILU_SCRATCH,
+    name="pgd_silu_scratch_batch64",
+    label="PGD-5-AT with SiLU from scratch, batch 64 (47k, 40 ep, PGD-selected)",
+    batch_size=64,
+)
+"""The live weights of `PGD_SILU_SCRATCH_BATCH64_EMA`'s training."""
+FULL_LENGTH_LEVERS = (
+    PGD_SILU_SCRATCH_FLIP_EMA,
+    PGD_SILU_SCRATCH_FLIP,
+    PGD_SILU_SCRATCH_BATCH64_EMA,
+    PGD_SILU_SCRATCH_BATCH64,
+)
+"""The two levers the regularisation probes found, each at `PGD_SILU_SCRATCH`'s full length
+(one training per lever gives its averaged and its live weights); their policy,
+`full_length_levers_policy.json`, was declared before they were trained."""
 ROBUST_CNN_MODELS = (
     PGD_SILU_SCRATCH,
     PGD_SILU_SCRATCH_EMA,
@@ -314,6 +353,7 @@ ROBUST_CNN_MODELS = (
     CAPACITY_SHORT,
     CAPACITY_SHORT_WIDE,
     *REGULARISATION_PROBES,
+    *FULL_LENGTH_LEVERS,
 )
 """Candidates for the most robust 403k CNN; training them takes hours on 2 CPU cores and
 minutes on a GPU (`--models` picks some)."""

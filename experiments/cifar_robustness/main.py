@@ -25,7 +25,7 @@ from experiments.cifar_robustness.config import (
 )
 from experiments.cifar_robustness.dry_run import dry_run
 from experiments.cifar_robustness.report import write_report
-from experiments.cifar_robustness.study import run_study
+from experiments.cifar_robustness.study import load_study_data, run_study, train_models
 from experiments.cli import add_repair_flag, hold_output_folder, run_command
 from experiments.overrides import add_set_flag, apply_overrides
 
@@ -56,6 +56,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="print the threat model and the campaign's query count and wall-time estimate",
     )
     p.add_argument("--policy", default=None, help="release policy JSON applied to the run")
+    p.add_argument(
+        "--train-only",
+        action="store_true",
+        help="train (or reuse) the models and stop: no attacks, records or report "
+        "(with --models, the surrogate is left out)",
+    )
     add_repair_flag(p)
     return p.parse_args(argv)
 
@@ -95,6 +101,13 @@ def main(argv: list[str] | None = None) -> dict:
 def study(config, args: argparse.Namespace, out: str, command: str) -> dict:
     """Run (or resume) the study into `out` and write its report; the lock is held."""
     print(f"advjax CIFAR-10 robustness study, profile {config.profile}, output {out}")
+    if args.train_only:
+        data, splits = load_study_data(config, args.data_dir)
+        checkpoints = train_models(config, data, splits, Path(out), surrogate=args.models is None,
+                                   show_progress=not args.no_progress)  # fmt: skip
+        for name, path in checkpoints.items():
+            print(f"{name}: {path}")
+        return {"checkpoints": {k: str(v) for k, v in checkpoints.items()}}
     results = run_study(
         config,
         out,

@@ -141,6 +141,7 @@ def train_phase(config, spec, data, splits, out: Path, show_progress: bool, log)
         "seconds": time.perf_counter() - started + earlier_seconds,
         "resumed_after_epoch": None if resume is None else resume.epoch,
         "git_revision": git_state(Path(__file__).parent)["commit"],
+        "device": jax.devices()[0].device_kind,
     }
     _save_model(path, config, spec, result, common)
     for live in live_twins(spec, config.models):
@@ -197,6 +198,39 @@ def progress_path(out: Path, name: str) -> Path:
     return out / "training_progress" / f"{name}.msgpack"
 
 
+def load_study_data(config: StudyConfig, data_dir=None) -> tuple[Cifar10, object]:
+    """CIFAR-10 and the study's train / val / eval splits of it."""
+    data = load_cifar10(data_dir)
+    splits = study_splits(
+        data.train_labels,
+        data.test_labels,
+        train_size=config.train_size,
+        val_size=config.val_size,
+        eval_size=config.eval_size,
+        seed=config.seed,
+    )
+    return data, splits
+
+
+def train_models(
+    config: StudyConfig,
+    data: Cifar10,
+    splits,
+    out: Path,
+    *,
+    surrogate: bool = True,
+    show_progress=True,
+    log=print,
+) -> dict[str, Path]:
+    """Train (or reuse) every model of `config`, and its surrogate unless `surrogate` is False;
+    their checkpoints by name."""
+    specs = list(config.models) + ([config.surrogate] if config.surrogate and surrogate else [])
+    return {
+        spec.name: train_phase(config, spec, data, splits, Path(out), show_progress, log)
+        for spec in specs
+    }
+
+
 def run_study(
     config: StudyConfig,
     out_dir,
@@ -222,24 +256,12 @@ def run_study(
     log(threat_model.describe())
     timings = {}
     started = time.perf_counter()
-    data = load_cifar10(data_dir)
-    splits = study_splits(
-        data.train_labels,
-        data.test_labels,
-        train_size=config.train_size,
-        val_size=config.val_size,
-        eval_size=config.eval_size,
-        seed=config.seed,
-    )
+    data, splits = load_study_data(config, data_dir)
     timings["load_data"] = time.perf_counter() - started
     save_class_samples(out / SAMPLES_FILE, data, splits.eval)
     x_eval = np.asarray(to_float(data.test_images[splits.eval]))
     y_eval = data.test_labels[splits.eval]
-    specs = list(config.models) + ([config.surrogate] if config.surrogate else [])
-    checkpoints = {
-        spec.name: train_phase(config, spec, data, splits, out, show_progress, log)
-        for spec in specs
-    }
+    checkpoints = train_models(config, data, splits, out, show_progress=show_progress, log=log)
     surrogate = load_logits_fn(checkpoints[config.surrogate.name]) if config.surrogate else None
     records_log = RecordLog(record_file(out))
     extras = {}
@@ -263,6 +285,7 @@ def run_study(
         "command": command,
         "config_digest": config.digest(),
         "git_revision": git_state(Path(__file__).parent)["commit"],
+        "device": jax.devices()[0].device_kind,
     }
     summary = summarise_run(config, records, extras, threat_model, num_classes, provenance)
     atomic_write_json(out / SUMMARY_FILE, summary)

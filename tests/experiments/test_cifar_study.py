@@ -402,6 +402,7 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
     from experiments.cifar_robustness.config import (
         CAPACITY_SHORT,
         CAPACITY_SHORT_WIDE,
+        FULL_LENGTH_LEVERS,
         PGD_CONTINUE_NODROP,
         PGD_SILU_SCRATCH,
         PGD_SILU_SCRATCH_EMA,
@@ -413,7 +414,7 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
     config = profile("robust_cnn")
     assert config.models == (
         PGD_SILU_SCRATCH, PGD_SILU_SCRATCH_EMA, PGD_SILU_SCRATCH_WIDE, CAPACITY_SHORT,
-        CAPACITY_SHORT_WIDE, *REGULARISATION_PROBES,
+        CAPACITY_SHORT_WIDE, *REGULARISATION_PROBES, *FULL_LENGTH_LEVERS,
     )  # fmt: skip
     # The capacity check: the from-scratch recipe at a shorter budget, then only the width.
     assert dataclasses.replace(
@@ -432,7 +433,7 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
     assert trained["pgd_silu_scratch"].ema_decay is None
     assert trained["pgd_silu_scratch_ema"].ema_decay == 0.999
     assert trained["pgd_silu_scratch_wide"].width == 2
-    assert len({config.model_digest(m) for m in config.models}) == 9
+    assert len({config.model_digest(m) for m in config.models}) == 13
     policy, _ = load_policy(Path(study.__file__).parent / PROFILE_POLICIES["robust_cnn"])
     names = {m.name for m in config.models}
     assert set(policy["models"]) <= names and policy["rollback_below"]["baseline_model"] in names
@@ -484,6 +485,72 @@ def test_each_regularisation_probe_is_the_short_recipe_with_one_setting_less_reg
         dataclasses.replace(CAPACITY_SHORT, batch_size=0)
     with pytest.raises(ValueError, match="weight_decay"):
         dataclasses.replace(CAPACITY_SHORT, weight_decay=-1.0)
+
+
+def test_each_full_length_lever_is_the_from_scratch_recipe_with_one_probe_setting():
+    """The full-length lever runs are `pgd_silu_scratch` (and its averaged twin) with exactly
+    the one setting of a probe that helped (no crop; batch 64), so one training gives both
+    twins; their policy, declared before training, names a candidate and rolls back against
+    the averaged baseline; the models already trained keep their digests."""
+    import dataclasses
+
+    from advjax.evaluation import load_policy
+    from experiments.cifar_robustness import study
+    from experiments.cifar_robustness.config import (
+        CAPACITY_SHORT,
+        FULL_LENGTH_LEVERS,
+        PGD_SILU_SCRATCH,
+        PGD_SILU_SCRATCH_EMA,
+        SHORT_BATCH64,
+        SHORT_FLIP_ONLY,
+    )
+
+    config = profile("robust_cnn")
+
+    def differences(spec, base):
+        same = dataclasses.replace(spec, name=base.name, label=base.label)
+        return {f.name: getattr(same, f.name) for f in dataclasses.fields(same)
+                if getattr(same, f.name) != getattr(base, f.name)}  # fmt: skip
+
+    levers = {}
+    for spec in FULL_LENGTH_LEVERS:
+        base = PGD_SILU_SCRATCH_EMA if spec.ema_decay else PGD_SILU_SCRATCH
+        levers[spec.name] = differences(spec, base)
+    assert levers == {
+        "pgd_silu_scratch_flip_ema": {"augment_pad": 0},
+        "pgd_silu_scratch_flip": {"augment_pad": 0},
+        "pgd_silu_scratch_batch64_ema": {"batch_size": 64},
+        "pgd_silu_scratch_batch64": {"batch_size": 64},
+    }
+    assert {"augment_pad": 0} == differences(SHORT_FLIP_ONLY, CAPACITY_SHORT)
+    assert {"batch_size": 64} == differences(SHORT_BATCH64, CAPACITY_SHORT)
+    flip_ema, flip, batch64_ema, batch64 = FULL_LENGTH_LEVERS
+    assert study.averaged_twin(flip, config.models) == flip_ema
+    assert study.live_twins(batch64_ema, config.models) == [batch64]
+    policy, _ = load_policy(Path(study.__file__).parent / "full_length_levers_policy.json")
+    assert policy["models"] == [flip_ema.name]
+    assert policy["rollback_below"]["baseline_model"] == PGD_SILU_SCRATCH_EMA.name
+    assert config.model_digest(CAPACITY_SHORT) == "94db2b075b95972f"
+
+
+def test_train_only_trains_the_chosen_models_and_attacks_nothing(tmp_path, monkeypatch):
+    """`--train-only --models M` writes M's checkpoint and nothing of the attack phases (no
+    records, results or report), leaves the surrogate out, and a second call reuses it."""
+    from experiments.cifar_robustness import main as study_main
+
+    synthetic = _synthetic_study_data()
+    monkeypatch.setattr(study_main, "load_study_data", lambda config, data_dir: synthetic)
+    argv = ["--profile", "quick", "--models", "standard", "--train-only", "--no-progress",
+            "--out", str(tmp_path), "--set", "train_size=40", "--set", "val_size=20",
+            "--set", "eval_size=10", "--set", "batch_size=20", "--set", "models.*.train_size=40",
+            "--set", "models.*.epochs=1"]  # fmt: skip
+    first = study_main.main(argv)
+    assert list(first["checkpoints"]) == ["standard"]
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert written == ["checkpoints/standard.msgpack"]
+    before = (tmp_path / "checkpoints" / "standard.msgpack").read_bytes()
+    study_main.main(argv)
+    assert (tmp_path / "checkpoints" / "standard.msgpack").read_bytes() == before
 
 
 def test_train_phase_trains_or_reuses_the_parent_and_fine_tunes_from_its_weights(
