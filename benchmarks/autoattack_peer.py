@@ -152,7 +152,7 @@ def main(argv=None) -> dict:
     p.add_argument("--data-dir", default=None)
     args = p.parse_args(argv)
     from advjax.data import load_cifar10
-    from advjax.evaluation import rate, resolve_members
+    from advjax.evaluation import format_rate, rate, resolve_members
     from advjax.io import atomic_write_json, atomic_write_text, environment, load_checkpoint
     from advjax.model import eval_logits_fn
     from advjax.train import to_float
@@ -186,7 +186,7 @@ def main(argv=None) -> dict:
         "machine": environment(),
         "advjax": {
             "robust": int(result.robust.sum()),
-            "robust_text": _rate_text(rate(int(result.robust.sum()), len(y))),
+            "robust_text": format_rate(rate(int(result.robust.sum()), len(y))),
             "seconds": seconds,
             "member_seconds": member_seconds,
             "after": after,
@@ -196,7 +196,7 @@ def main(argv=None) -> dict:
         },
         "torch": {
             "robust": int(torch_robust.sum()),
-            "robust_text": _rate_text(rate(int(torch_robust.sum()), len(y))),
+            "robust_text": format_rate(rate(int(torch_robust.sum()), len(y))),
             "seconds": sum(row["seconds"] for row in peer["members"]),
             "process_seconds": torch_wall,
             "member_seconds": {row["member"]: row["seconds"] for row in peer["members"][1:]},
@@ -220,11 +220,6 @@ def main(argv=None) -> dict:
     atomic_write_text(out / f"{stem}.md", markdown(r))
     print(markdown(r))
     return r
-
-
-def _rate_text(r: dict) -> str:
-    lo, hi = r["ci95"]
-    return f"{100 * r['value']:.1f} % ({r['count']}/{r['total']}, CI {100 * lo:.1f}-{100 * hi:.1f})"
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def main(argv=None) -> dict:
     p.add_argument("--data-dir", default=None)
     args = p.parse_args(argv)
     from advjax.data import load_cifar10
-    from advjax.evaluation import rate
+    from advjax.evaluation import format_rate, rate
     from advjax.io import atomic_write_json, environment, load_checkpoint, read_records, record_file
     from advjax.model import eval_logits_fn
     from advjax.train import to_float
@@ -98,12 +98,10 @@ def main(argv=None) -> dict:
         peer = run_peer(args.torch_python, model, variables, x, y, logits, threads=args.threads)
         robust_t = np.asarray(peer["robust"], bool)
         r = rate(int(robust_t.sum()), len(y))
-        lo, hi = r["ci95"]
         report["models"][name] = {
             "model_hash": model_hash,
             "robust": r,
-            "robust_text": f"{100 * r['value']:.1f} % ({r['count']:,}/{r['total']:,}, "
-            f"CI {100 * lo:.1f}-{100 * hi:.1f})",
+            "robust_text": format_rate(r),
             "advjax_robust": int(robust_a.sum()),
             "agreement": agreement(robust_a, robust_t),
             "after": {row["member"]: row["robust"] for row in peer["members"]},

@@ -34,6 +34,7 @@ from advjax.evaluation import (
     find_group,
     format_eps,
     format_rate,
+    rate,
     run_autoattack,
     run_summary,
 )
@@ -106,7 +107,8 @@ def peer_cells(peer: dict | None, records, model_names) -> dict[str, str]:
         entry = peer["models"].get(name)
         if entry and entry["model_hash"] == hashes.get(name):
             agree, total = entry["agreement"]["same_verdict"], entry["robust"]["total"]
-            cells[name] = f"{entry['robust_text']}; same verdict on {agree:,}/{total:,}"
+            robust = format_rate(rate(entry["robust"]["count"], total))
+            cells[name] = f"{robust}; same verdict on {agree:,}/{total:,}"
     return cells
 
 

@@ -13,7 +13,6 @@ def _entry(model_hash, count=30, total=100, same=98):
     return {
         "model_hash": model_hash,
         "robust": {"count": count, "total": total},
-        "robust_text": f"{count}.0 % ({count}/{total}, CI 21.9-39.6)",
         "agreement": {"same_verdict": same},
     }
 
@@ -23,7 +22,7 @@ def test_peer_cell_needs_the_records_checkpoint_and_says_how_many_verdicts_agree
                types.SimpleNamespace(model="b", model_hash="h2")]  # fmt: skip
     peer = {"models": {"a": _entry("h1"), "b": _entry("old")}}
     cells = peer_cells(peer, records, ["a", "b", "c"])
-    assert cells == {"a": "30.0 % (30/100, CI 21.9-39.6); same verdict on 98/100"}
+    assert cells == {"a": "30.0 % (30/100, 95 % CI 21.9-39.6); same verdict on 98/100"}
     assert peer_cells(None, records, ["a"]) == {}
 
 
