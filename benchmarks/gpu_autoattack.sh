@@ -7,8 +7,10 @@
 # .devdata/cifar10 (ignored by git) holds test_batch.bin.gz and batches.meta.txt from the
 # shared data: an evaluation reads the test split alone, and the whole dataset does not fit a
 # call's carry. Float32 convolutions run at full precision (no TF32), as on the CPU, so the
-# decisions are the model's own. Each model has until a shared deadline (BUDGET_S seconds
-# from the start); a model cut off keeps its records, and the same command resumes it.
+# decisions are the model's own; PRECISION=tensorfloat32 runs them in TF32, as PyTorch's
+# cuDNN convolutions do by default, to measure what that buys and which decisions it moves.
+# Each model has until a shared deadline (BUDGET_S seconds from the start); a model cut off
+# keeps its records, and the same command resumes it.
 # Writes $OUT/log.txt (machine, versions, each model's wall time) and $OUT/<model>/ with
 # records.jsonl.gz and summary.json (report.html is left out: the same command run again on
 # the CPU over the returned records attacks nothing and writes it). Every run keeps its
@@ -16,7 +18,7 @@
 # WARM=1 runs the first model a second time into $OUT/<model>_warm, which times the same
 # evaluation with every program already compiled.
 set -o pipefail
-export PYTHONUNBUFFERED=1 JAX_DEFAULT_MATMUL_PRECISION=highest
+export PYTHONUNBUFFERED=1 JAX_DEFAULT_MATMUL_PRECISION=${PRECISION:-highest}
 OUT=${OUT:-/tmp/gpu_autoattack}
 DATA=${DATA:-.devdata/cifar10}
 BATCH=${BATCH:-2500}
@@ -27,7 +29,7 @@ mkdir -p "$OUT"
 LOG="$OUT/log.txt"
 start=$(date +%s)
 {
-  echo "command: bash benchmarks/gpu_autoattack.sh $* (BATCH=$BATCH, BUDGET_S=$BUDGET_S, WARM=$WARM)"
+  echo "command: bash benchmarks/gpu_autoattack.sh $* (BATCH=$BATCH, BUDGET_S=$BUDGET_S, WARM=$WARM, PRECISION=$JAX_DEFAULT_MATMUL_PRECISION)"
   echo "git revision: ${GIT_REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
   nvidia-smi -L
   python3 -c "import jax, jaxlib, flax, optax, chex; print('jax', jax.__version__, 'jaxlib', \
