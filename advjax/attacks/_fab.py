@@ -56,18 +56,32 @@ def _sort_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def _stable_argsort_rows(rows: np.ndarray) -> np.ndarray:
+    """`np.argsort(rows, -1, kind="stable")` of finite rows, as int32; for values of 32 bits
+    or fewer, about twice as fast: each value's float32 bits, mapped to an unsigned integer of
+    the same order (-0.0 read as 0.0), are the high half of a 64-bit key whose low half is the
+    column, and NumPy's vectorised sort of those unique keys gives the stable order."""
+    if rows.dtype.itemsize > 4:  # float32 keys would merge distinct float64 values
+        return np.argsort(rows, axis=-1, kind="stable").astype(np.int32)
+    bits = (rows.astype(np.float32) + np.float32(0.0)).view(np.uint32)
+    bits = np.where(bits >> 31, ~bits, bits | np.uint32(0x80000000)).astype(np.uint64)
+    keys = (bits << np.uint64(32)) | np.arange(rows.shape[-1], dtype=np.uint64)
+    keys.sort(axis=-1)
+    return (keys & np.uint64(0xFFFFFFFF)).astype(np.int32)
+
+
 def _host_argsort(a: np.ndarray) -> np.ndarray:
-    """NumPy's stable argsort of each row, the rows split over the usable cores (NumPy's
-    sort releases the GIL; XLA waits for the callback, so the cores are free)."""
+    """The stable argsort of each row (`_stable_argsort_rows`), the rows split over the usable
+    cores (NumPy's sort releases the GIL; XLA waits for the callback, so the cores are free)."""
     rows = a.reshape(-1, a.shape[-1])
     threads = min(_sort_threads(), len(rows))
     if threads < 2 or a.size < 65536:
-        return np.argsort(a, axis=-1, kind="stable").astype(np.int32)
+        return _stable_argsort_rows(rows).reshape(a.shape)
     if not _SORT_POOL:
         _SORT_POOL.append(concurrent.futures.ThreadPoolExecutor(threads, "advjax-fab-sort"))
     parts = np.array_split(np.arange(len(rows)), threads)
-    jobs = [_SORT_POOL[0].submit(np.argsort, rows[p[0] : p[-1] + 1], -1, "stable") for p in parts]
-    return np.concatenate([j.result() for j in jobs]).astype(np.int32).reshape(a.shape)
+    jobs = [_SORT_POOL[0].submit(_stable_argsort_rows, rows[p[0] : p[-1] + 1]) for p in parts]
+    return np.concatenate([j.result() for j in jobs]).reshape(a.shape)
 
 
 def argsort(a: chex.Array) -> chex.Array:

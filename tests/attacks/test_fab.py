@@ -280,6 +280,22 @@ def test_the_host_sort_split_over_threads_gives_numpys_stable_indices_ties_inclu
     np.testing.assert_array_equal(got, np.argsort(a, axis=-1, kind="stable"))
 
 
+def test_the_keyed_sort_is_numpys_stable_argsort_for_signed_zeros_ties_and_extremes():
+    """The 64-bit keyed sort gives NumPy's stable indices on rows mixing negative values,
+    -0.0 and 0.0 (equal, so ordered by position), repeated values and +-1e12 (the L2
+    projection's sentinels), in float32, bfloat16-sized and float64 rows."""
+    from advjax.attacks import _fab
+
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(40, 301)).astype(np.float32)
+    a[:, ::7], a[:, ::11], a[:, ::13], a[:, ::17] = 0.0, -0.0, 1e12, -1e12
+    a[:, ::5] = np.round(a[:, ::5], 1)
+    for rows in (a, np.clip(a, -6e4, 6e4).astype(np.float16), a.astype(np.float64)):
+        got = _fab._stable_argsort_rows(rows)
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, np.argsort(rows, axis=-1, kind="stable"))
+
+
 class JitOfTheCallerTest(chex.TestCase):
     """FAB's projections and the attack give the same numbers with and without the caller's jit."""
 
