@@ -58,20 +58,30 @@ def torch_weights(variables: dict) -> dict:
     return {k: v.astype(np.float32) for k, v in out.items()}  # fmt: skip
 
 
-def run_peer(torch_python: str, model, variables, x, y, logits, *, threads: int) -> dict:
-    """torchattacks' standard members (`torch_autoattack.py`, in its own environment) on
-    `variables` exported to the peer's `Net`, on NHWC images `x`; its JSON result."""
+def run_torch_script(
+    torch_python: str, script: str, model, variables, x, y, args=(), **arrays
+) -> dict:
+    """Run `benchmarks/<script>` in the PyTorch environment on `variables` exported to the
+    peer's `Net` (`torch_weights`), NHWC images `x` (sent as NCHW), labels `y` and any other
+    `arrays`, with `args` after the common flags; its JSON result."""
     with tempfile.TemporaryDirectory() as tmp:
         inputs, output = Path(tmp) / "inputs.npz", Path(tmp) / "torch.json"
         np.savez(inputs, x=np.ascontiguousarray(x.transpose(0, 3, 1, 2)), y=y.astype(np.int64),
-                 logits=logits, activation=np.asarray(model.activation), **torch_weights(variables))  # fmt: skip
+                 activation=np.asarray(model.activation), **arrays, **torch_weights(variables))  # fmt: skip
         subprocess.run(
-            [torch_python, str(REPO / "benchmarks" / "torch_autoattack.py"), "--peer-dir",
+            [torch_python, str(REPO / "benchmarks" / script), "--peer-dir",
              str(REPO.parent / "shared" / "peers"), "--inputs", str(inputs), "--out", str(output),
-             "--threads", str(threads)],
+             *map(str, args)],
             check=True,
         )  # fmt: skip
         return json.loads(output.read_text())
+
+
+def run_peer(torch_python: str, model, variables, x, y, logits, *, threads: int) -> dict:
+    """torchattacks' standard members (`torch_autoattack.py`, in its own environment) on
+    `variables` exported to the peer's `Net`, on NHWC images `x`; its JSON result."""
+    return run_torch_script(torch_python, "torch_autoattack.py", model, variables, x, y,
+                            ("--threads", threads), logits=logits)  # fmt: skip
 
 
 def run_advjax(logits_fn, x, y, eps, seed):

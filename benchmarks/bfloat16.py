@@ -15,9 +15,7 @@ clean accuracy. Writes `bfloat16.json` and `bfloat16.md` to `--out`.
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +25,7 @@ import numpy as np
 import optax
 
 from advjax import backend
-from benchmarks.autoattack_peer import REPO, torch_weights
+from benchmarks.autoattack_peer import REPO, run_torch_script
 from benchmarks.jax_workloads import matmul_peak
 from benchmarks.machine import describe_machine, load_average
 
@@ -89,17 +87,8 @@ def time_jax(programs, variables, x, reps: int) -> dict:
 
 
 def run_torch(torch_python, model, variables, x, y, *, reps, batch, train_batch) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        inputs, output = Path(tmp) / "inputs.npz", Path(tmp) / "torch.json"
-        np.savez(inputs, x=np.ascontiguousarray(x.transpose(0, 3, 1, 2)), y=y.astype(np.int64),
-                 activation=np.asarray(model.activation), **torch_weights(variables))  # fmt: skip
-        subprocess.run(
-            [torch_python, str(REPO / "benchmarks" / "torch_bfloat16.py"), "--peer-dir",
-             str(REPO.parent / "shared" / "peers"), "--inputs", str(inputs), "--out", str(output),
-             "--reps", str(reps), "--batch", str(batch), "--train-batch", str(train_batch)],
-            check=True,
-        )  # fmt: skip
-        return json.loads(output.read_text())
+    args = ("--reps", reps, "--batch", batch, "--train-batch", train_batch)
+    return run_torch_script(torch_python, "torch_bfloat16.py", model, variables, x, y, args)
 
 
 def markdown(r: dict) -> str:

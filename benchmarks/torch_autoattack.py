@@ -44,6 +44,16 @@ def build(peer_dir: str, weights: dict, activation: str) -> nn.Module:
     return model.eval()
 
 
+def read_inputs(peer_dir: str, path: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor, dict]:
+    """The peer `Net` with the exported weights (eval mode), NCHW images, labels and every
+    array of the .npz that `benchmarks.autoattack_peer.run_torch_script` wrote (weights and
+    any others, such as advjax's logits, by name)."""
+    d = dict(np.load(path))
+    activation = str(d.pop("activation"))
+    x, y = torch.from_numpy(d.pop("x")), torch.from_numpy(d.pop("y")).long()
+    return build(peer_dir, d, activation), x, y, d
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--peer-dir", required=True)
@@ -56,11 +66,8 @@ def main() -> None:
     import torchattacks
 
     torch.set_num_threads(a.threads)
-    d = dict(np.load(a.inputs))
-    activation = str(d.pop("activation"))
-    x, y = torch.from_numpy(d.pop("x")), torch.from_numpy(d.pop("y")).long()
-    advjax_logits = d.pop("logits")
-    model = build(a.peer_dir, d, activation)
+    model, x, y, extra = read_inputs(a.peer_dir, a.inputs)
+    advjax_logits = extra["logits"]
     with torch.no_grad():
         logits = torch.cat([model(x[i : i + 250]) for i in range(0, len(y), 250)]).numpy()
     gap = float(np.abs(logits - advjax_logits).max())

@@ -12,7 +12,6 @@ import json
 import statistics
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -27,13 +26,11 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=250)
     p.add_argument("--train-batch", type=int, default=128)
     a = p.parse_args()
-    from torch_autoattack import build  # beside this file: the peer Net with advjax's weights
+    from torch_autoattack import read_inputs  # beside this file
 
     torch.set_num_threads(a.threads)
-    d = dict(np.load(a.inputs))
-    activation = str(d.pop("activation"))
-    x, y = torch.from_numpy(d.pop("x")), torch.from_numpy(d.pop("y")).long()
-    model = build(a.peer_dir, d, activation).to(memory_format=torch.channels_last)
+    model, x, y, _ = read_inputs(a.peer_dir, a.inputs)
+    model = model.to(memory_format=torch.channels_last)
     x = x.contiguous(memory_format=torch.channels_last)
     xb, yb = x[: a.batch], y[: a.batch]
     xt, yt = x[: a.train_batch], y[: a.train_batch]
