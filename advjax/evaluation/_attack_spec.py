@@ -32,8 +32,9 @@ class AttackSpec:
       restarts: PGD random restarts, run one after another over the unbroken cases.
       step_fraction: PGD step size as a fraction of eps.
       batch_size: cases per compiled batch (part of the config: replay uses it).
-      chunk_steps: PGD steps between two compactions of the still-unbroken cases; an
-        execution detail that never changes a result, so it is not part of the hash.
+      chunk_steps: PGD steps between two compactions of the still-unbroken cases, after
+        first chunks of 1, 2, 4, ... steps; an execution detail that never changes a
+        result, so it is not part of the hash.
       source: None for a white-box attack on the evaluated model; else the name of the
         surrogate model whose gradients craft the inputs (a transfer attack).
       targets: apgd_t / pgd_t only: target classes tried, the 2nd .. (targets + 1)th

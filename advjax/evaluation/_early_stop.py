@@ -159,6 +159,18 @@ def make_program(logits_fn: LogitsFn, spec: AttackSpec, source_fn: LogitsFn | No
 _PIECES = (_search_program, _start_program, _steps_program, _finish_program)
 
 
+def chunk_bounds(steps: int, chunk_steps: int) -> list[tuple[int, int]]:
+    """The [lo, hi) step ranges between two compactions: 1, 2, 4, ... steps, then
+    `chunk_steps` at a time. Most cases that break do so in the first few steps, so short
+    early chunks let them leave the batch before it spends a whole chunk on them."""
+    bounds, lo, size = [], 0, 1
+    while lo < steps:
+        hi = min(steps, lo + size)
+        bounds.append((lo, hi))
+        lo, size = hi, min(2 * size, chunk_steps)
+    return bounds
+
+
 @dataclasses.dataclass
 class Outcome:
     """Host-side outcome of every case at one eps, filled in as cases become final."""
@@ -239,9 +251,11 @@ def attack_cases(
                 break
         return out
 
+    # At eps 0 every iterate of every restart is x itself: the first evaluation decides.
+    steps = 1 if eps == 0 else spec.steps
     remaining = np.arange(n)
     for restart in range(spec.restarts):
-        last = restart == spec.restarts - 1
+        last = restart == spec.restarts - 1 or steps < spec.steps
         fields = [
             np.zeros((n, *x.shape[1:]), np.float32),
             None,
@@ -255,20 +269,21 @@ def attack_cases(
             for field, value in zip(fields, state):
                 field[part] = np.asarray(value)[: len(part)]
         active = remaining
-        for lo in range(0, spec.steps, spec.chunk_steps):
-            hi = min(spec.steps, lo + spec.chunk_steps)
+        for lo, hi in chunk_bounds(steps, spec.chunk_steps):
             for part, index in _batches(active, spec.batch_size):
                 state = PGDState(*(jnp.asarray(f[index]) for f in fields))
                 state = program.steps(state, x[index], y[index], eps_value, lo, hi)
                 for field, value in zip(fields, state):
                     field[part] = np.asarray(value)[: len(part)]
-            ended = active if hi == spec.steps else active[fields[3][active] >= 0]
+            ended = active if hi == steps else active[fields[3][active] >= 0]
             for part, index in _batches(ended, spec.batch_size):
                 state = PGDState(*(jnp.asarray(f[index]) for f in fields))
-                results = (np.asarray(a)[: len(part)] for a in program.finish(state, y[index]))
+                results = [np.asarray(a)[: len(part)] for a in program.finish(state, y[index])]
+                if last and restart < spec.restarts - 1:  # eps 0: later restarts repeat this one
+                    out.by_restart[restart + 1 :, part[results[3] < 0]] = -1
                 settle(part, *results, restart, last)
             active = np.setdiff1d(active, ended)
         remaining = remaining[out.by_restart[restart, remaining] < 0]
-        if not len(remaining):
+        if not len(remaining) or last:
             break
     return out

@@ -20,6 +20,7 @@ from advjax.evaluation import (
     replay_record,
     run_attack,
 )
+from advjax.evaluation._early_stop import chunk_bounds
 from advjax.io import RecordLog, read_records
 from advjax.model import eval_logits_fn
 
@@ -78,12 +79,13 @@ def test_one_record_per_case_attack_and_eps_with_every_field(cnn, cnn_records):
             assert r.queries == PGD.steps * r.first_break_restart + r.first_break_step
 
 
-def test_early_stopped_restarts_equal_every_step_of_every_restart_at_once(cnn, cnn_records):
+@pytest.mark.parametrize("eps", [0.0, 2 / 255])
+def test_early_stopped_restarts_equal_every_step_of_every_restart_at_once(cnn, cnn_records, eps):
     """Stopping broken cases between chunks of steps and running restarts one by one over
     the unbroken cases decides every case as the vmapped full search does: same prediction,
-    same first breaking restart and step."""
+    same first breaking restart and step, and an unbroken case is charged every query (at
+    eps 0, where one evaluation decides, too)."""
     logits_fn, x, y = cnn
-    eps = 2 / 255
     keys = case_keys(key_from_path([*ROOT, "m", "pgd", format_eps(eps)]), np.arange(len(y)))
     result = pgd_search(logits_fn, x, y, eps, key=keys, steps=PGD.steps, restarts=PGD.restarts)
     pred = np.asarray(jax.numpy.argmax(logits_fn(result.x_adv), -1))
@@ -96,7 +98,20 @@ def test_early_stopped_restarts_equal_every_step_of_every_restart_at_once(cnn, c
         hit = np.flatnonzero(broken[:, i] >= 0)
         expected = (int(broken[hit[0], i]), int(hit[0])) if len(hit) else (None, None)
         assert (records[i].first_break_step, records[i].first_break_restart) == expected
-    assert 0 < sum(r.status == "success" for r in records.values()) < len(y)
+        if not len(hit):
+            assert records[i].queries == PGD.max_queries()
+    successes = sum(r.status == "success" for r in records.values())
+    assert successes == 0 if eps == 0 else 0 < successes < len(y)
+
+
+@pytest.mark.parametrize("steps, chunk", [(1, 10), (20, 10), (100, 10), (10, 3), (7, 1)])
+def test_chunk_bounds_cover_every_step_once_growing_to_the_chunk_size(steps, chunk):
+    bounds = chunk_bounds(steps, chunk)
+    assert [lo for lo, _ in bounds] == [0] + [hi for _, hi in bounds[:-1]]
+    assert bounds[-1][1] == steps
+    sizes = [hi - lo for lo, hi in bounds]
+    assert sizes[0] == 1 and max(sizes) <= chunk
+    assert all(b == min(2 * a, chunk) for a, b in zip(sizes, sizes[1:-1]))
 
 
 def test_any_record_replays_bit_exactly_alone(cnn, cnn_records):
