@@ -33,7 +33,7 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = p.parse_args(argv)
 
-    from advjax.attacks import _fab
+    from advjax.attacks import _fab, _fab_projection
     from advjax.data import load_cifar10
     from advjax.io import (
         atomic_write_json,
@@ -59,10 +59,10 @@ def main(argv=None) -> dict:
     x = jnp.asarray(to_float(data.test_images[index]))
     y = jnp.asarray(data.test_labels[index])
     logits_fn, _ = load_logits_fn(study / "checkpoints" / f"{args.model}.msgpack")
-    sorts = {"xla": lambda a: jnp.argsort(a, axis=-1), "numpy": _fab.argsort}
+    sorts = {"xla": lambda a: jnp.argsort(a, axis=-1), "numpy": _fab_projection.argsort}
 
     def run(sort):
-        _fab.argsort = sorts[sort]
+        _fab_projection.argsort = sorts[sort]
         attack = jax.jit(lambda x, y: _fab.fab(logits_fn, x, y, eps, key=jax.random.key(0),
                                                 n_target_classes=args.targets).x_adv)  # fmt: skip
         jax.block_until_ready(attack(x, y))  # compile
@@ -79,7 +79,7 @@ def main(argv=None) -> dict:
                 s, outputs[sort] = run(sort)
                 seconds[sort].append(s)
     finally:
-        _fab.argsort = sorts["numpy"]
+        _fab_projection.argsort = sorts["numpy"]
     identical = bool(np.array_equal(outputs["xla"], outputs["numpy"]))
     best = {k: min(v) for k, v in seconds.items()}
     report = {

@@ -15,12 +15,8 @@ from advjax.attacks._checks import (
     check_budget,
     check_eps,
 )
-from advjax.attacks._fab import (
-    FABResult,
-    fab,
-    projection_l2,
-    projection_linf,
-)
+from advjax.attacks._fab import FABResult, fab
+from advjax.attacks._fab_projection import projection_l2, projection_linf
 from advjax.attacks._losses import (
     LOSSES,
     attack_loss,

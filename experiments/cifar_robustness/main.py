@@ -17,12 +17,7 @@ from pathlib import Path
 from advjax import backend
 from advjax.data import DATA_DIR_ENV
 from advjax.io import record_file
-from experiments.cifar_robustness.config import (
-    PROFILE_OUTPUTS,
-    PROFILE_POLICIES,
-    PROFILES,
-    profile,
-)
+from experiments.cifar_robustness.config import PROFILE_OUTPUTS, PROFILE_POLICIES, PROFILES, profile
 from experiments.cifar_robustness.dry_run import dry_run
 from experiments.cifar_robustness.report import write_report
 from experiments.cifar_robustness.study import load_study_data, run_study, train_models

@@ -25,7 +25,8 @@ from advjax import backend
 from advjax.data import load_cifar10, study_splits
 from advjax.io import atomic_write_json, environment
 from advjax.train import Batch, evaluate, fit
-from experiments.cifar_robustness.config import STANDARD, StudyConfig
+from experiments.cifar_robustness.config import StudyConfig
+from experiments.cifar_robustness.model_specs import STANDARD
 from experiments.cifar_robustness.study import train_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -31,7 +31,7 @@ from advjax.train import (
     save_fit_progress,
     to_float,
 )
-from experiments.cifar_robustness.config import REFERENCE_RESULTS, ModelSpec, StudyConfig
+from experiments.cifar_robustness.config import REFERENCE_RESULTS, StudyConfig
 from experiments.cifar_robustness.evaluation import (
     RECORDS_FILE,
     SUMMARY_FILE,
@@ -42,6 +42,7 @@ from experiments.cifar_robustness.evaluation import (
     study_threat_model,
     summarise_run,
 )
+from experiments.cifar_robustness.model_specs import ModelSpec
 
 _SUBSET_STREAM = 100
 DEFAULT_POLICY = Path(__file__).parent / "release_policy.json"

@@ -254,16 +254,16 @@ def test_targets_one_call_at_a_time_equal_one_call_over_all():
 def test_the_numpy_sort_on_cpu_gives_the_projections_exactly_what_jnp_argsort_gives(monkeypatch):
     """FAB's projections sort by NumPy on the CPU (XLA's CPU sort is much slower): the same
     indices as the stable jnp.argsort, ties at the box bounds included, so the same steps."""
-    from advjax.attacks import _fab
+    from advjax.attacks import _fab_projection
 
     keys = jax.random.split(jax.random.key(0), 3)
     t = jnp.clip(jax.random.uniform(keys[0], (6, 48), minval=-0.3, maxval=1.3), 0.0, 1.0)
     w = jax.random.normal(keys[1], (6, 48)) * (jax.random.uniform(keys[2], (6, 48)) > 0.2)
     b = jnp.linspace(-2.0, 2.0, 6)
-    for projection in (_fab.projection_linf, _fab.projection_l2):
+    for projection in (_fab_projection.projection_linf, _fab_projection.projection_l2):
         host = jax.jit(jax.vmap(projection))(t, w, b)
         with monkeypatch.context() as m:
-            m.setattr(_fab, "argsort", lambda a: jnp.argsort(a, axis=-1))
+            m.setattr(_fab_projection, "argsort", lambda a: jnp.argsort(a, axis=-1))
             device = jax.jit(jax.vmap(projection))(t, w, b)
         np.testing.assert_array_equal(np.asarray(host), np.asarray(device))
 
@@ -271,11 +271,11 @@ def test_the_numpy_sort_on_cpu_gives_the_projections_exactly_what_jnp_argsort_gi
 def test_the_host_sort_split_over_threads_gives_numpys_stable_indices_ties_included():
     """Large batches of rows are sorted on every usable core; pixel values (k / 255) tie
     everywhere, and the indices must still be NumPy's stable ones, in any leading shape."""
-    from advjax.attacks import _fab
+    from advjax.attacks import _fab_projection
 
     rng = np.random.default_rng(0)
     a = (rng.integers(0, 256, (2, 37, 3072)) / 255).astype(np.float32)
-    got = _fab._host_argsort(a)
+    got = _fab_projection._host_argsort(a)
     assert got.dtype == np.int32 and got.shape == a.shape
     np.testing.assert_array_equal(got, np.argsort(a, axis=-1, kind="stable"))
 
@@ -284,14 +284,14 @@ def test_the_keyed_sort_is_numpys_stable_argsort_for_signed_zeros_ties_and_extre
     """The 64-bit keyed sort gives NumPy's stable indices on rows mixing negative values,
     -0.0 and 0.0 (equal, so ordered by position), repeated values and +-1e12 (the L2
     projection's sentinels), in float32, bfloat16-sized and float64 rows."""
-    from advjax.attacks import _fab
+    from advjax.attacks import _fab_projection
 
     rng = np.random.default_rng(1)
     a = rng.normal(size=(40, 301)).astype(np.float32)
     a[:, ::7], a[:, ::11], a[:, ::13], a[:, ::17] = 0.0, -0.0, 1e12, -1e12
     a[:, ::5] = np.round(a[:, ::5], 1)
     for rows in (a, np.clip(a, -6e4, 6e4).astype(np.float16), a.astype(np.float64)):
-        got = _fab._stable_argsort_rows(rows)
+        got = _fab_projection._stable_argsort_rows(rows)
         assert got.dtype == np.int32
         np.testing.assert_array_equal(got, np.argsort(rows, axis=-1, kind="stable"))
 

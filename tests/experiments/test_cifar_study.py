@@ -343,7 +343,7 @@ def test_a_fine_tuned_model_is_retrained_when_its_parent_changes():
     fine-tuned model alone."""
     import dataclasses
 
-    from experiments.cifar_robustness.config import FGSM_RS_FULL_NODROP, PGD_FINETUNE_NODROP
+    from experiments.cifar_robustness.model_specs import FGSM_RS_FULL_NODROP, PGD_FINETUNE_NODROP
 
     config = profile("research")
     child = PGD_FINETUNE_NODROP
@@ -367,7 +367,7 @@ def test_the_silu_model_differs_from_its_control_in_the_activation_alone():
     import dataclasses
 
     from experiments.cifar_robustness import study
-    from experiments.cifar_robustness.config import PGD_CONTINUE_NODROP, PGD_CONTINUE_SILU
+    from experiments.cifar_robustness.model_specs import PGD_CONTINUE_NODROP, PGD_CONTINUE_SILU
 
     config = profile("research")
     assert PGD_CONTINUE_SILU in config.models and PGD_CONTINUE_NODROP in config.models
@@ -399,7 +399,8 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
 
     from advjax.evaluation import load_policy
     from experiments.cifar_robustness import study
-    from experiments.cifar_robustness.config import (
+    from experiments.cifar_robustness.config import PROFILE_POLICIES
+    from experiments.cifar_robustness.model_specs import (
         CAPACITY_SHORT,
         CAPACITY_SHORT_WIDE,
         FULL_LENGTH_LEVERS,
@@ -407,7 +408,6 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
         PGD_SILU_SCRATCH,
         PGD_SILU_SCRATCH_EMA,
         PGD_SILU_SCRATCH_WIDE,
-        PROFILE_POLICIES,
         REGULARISATION_PROBES,
     )
 
@@ -450,7 +450,7 @@ def test_each_regularisation_probe_is_the_short_recipe_with_one_setting_less_reg
 
     from advjax.evaluation import load_policy
     from experiments.cifar_robustness import study
-    from experiments.cifar_robustness.config import CAPACITY_SHORT, REGULARISATION_PROBES
+    from experiments.cifar_robustness.model_specs import CAPACITY_SHORT, REGULARISATION_PROBES
 
     config = profile("robust_cnn")
     base = study.train_config(config, CAPACITY_SHORT)
@@ -496,7 +496,7 @@ def test_each_full_length_lever_is_the_from_scratch_recipe_with_one_probe_settin
 
     from advjax.evaluation import load_policy
     from experiments.cifar_robustness import study
-    from experiments.cifar_robustness.config import (
+    from experiments.cifar_robustness.model_specs import (
         CAPACITY_SHORT,
         FULL_LENGTH_LEVERS,
         PGD_SILU_SCRATCH,
@@ -565,7 +565,8 @@ def test_train_phase_trains_or_reuses_the_parent_and_fine_tunes_from_its_weights
 
     from advjax.train import FitResult, TrainConfig, create_train_state
     from experiments.cifar_robustness import study
-    from experiments.cifar_robustness.config import ModelSpec, StudyConfig
+    from experiments.cifar_robustness.config import StudyConfig
+    from experiments.cifar_robustness.model_specs import ModelSpec
 
     parent = ModelSpec("parent", "standard", 40, 1, "parent")
     child = ModelSpec("child", "pgd", 40, 1, "child", init_from=parent, adv_steps=2)
@@ -624,7 +625,8 @@ def test_training_interrupted_after_an_epoch_resumes_there_with_the_uninterrupte
     import numpy as np
 
     from experiments.cifar_robustness import study
-    from experiments.cifar_robustness.config import ModelSpec, StudyConfig
+    from experiments.cifar_robustness.config import StudyConfig
+    from experiments.cifar_robustness.model_specs import ModelSpec
 
     spec = ModelSpec("m", "standard", 40, 3, "m")
     config = StudyConfig(
@@ -691,13 +693,13 @@ def test_a_model_without_averaging_comes_from_its_averaged_twins_training(tmp_pa
     import numpy as np
 
     from experiments.cifar_robustness import study
-    from experiments.cifar_robustness.config import (
+    from experiments.cifar_robustness.config import StudyConfig
+    from experiments.cifar_robustness.model_specs import (
         PGD_SILU_SCRATCH,
         PGD_SILU_SCRATCH_EMA,
         PGD_SILU_SCRATCH_WIDE,
         ROBUST_CNN_MODELS,
         ModelSpec,
-        StudyConfig,
     )
 
     assert study.averaged_twin(PGD_SILU_SCRATCH, ROBUST_CNN_MODELS) == PGD_SILU_SCRATCH_EMA
