@@ -10,13 +10,18 @@ peer's robust accuracy with its interval, its count after each member, and the p
 agreement with advjax's AutoAttack. Written, one model at a time, to
 `<study>/strong_evaluation/peer_torchattacks.json`, which the strong evaluation's table
 shows beside its own numbers; a model already there with the same checkpoint and records is
-not attacked again. Timings are the peer's own, on whatever else the machine was running
-(the load averages are stored): the speed comparison is `benchmarks.autoattack_peer`.
+not attacked again, and `--from-benchmark benchmarks/results/autoattack_peer.json` takes the
+model that benchmark attacked from its run (the same checkpoint of the same study, the same
+images) instead of attacking it again. Timings are the peer's own, on whatever else the
+machine was running (the load averages are stored): the speed comparison is
+`benchmarks.autoattack_peer`. The strong evaluation's folder is locked while this runs.
 """
 
 import argparse
 import json
 import os
+import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -52,6 +57,56 @@ def agreement(advjax: np.ndarray, torch: np.ndarray) -> dict:
     }
 
 
+def from_benchmark(path: Path, name: str, study_dir: Path, n: int) -> dict | None:
+    """The peer's run on `name` inside `benchmarks.autoattack_peer` (`path`, its JSON), when
+    that run attacked the same checkpoint of the same study on the same first `n` images;
+    None when it attacked another model or another number of images."""
+    bench = json.loads(path.read_text())
+    if bench["model"] != name or bench["n"] != n:
+        return None
+    words = shlex.split(bench["command"])
+    study = words[words.index("--study") + 1] if "--study" in words else "results/research"
+    if (REPO / study).resolve() != study_dir.resolve():
+        return None
+    checkpoint = study_dir / "checkpoints" / f"{name}.msgpack"
+    revision = bench["machine"]["git_revision"]
+    changed = subprocess.run(["git", "diff", "--quiet", revision, "--", str(checkpoint)], cwd=REPO)
+    if changed.returncode != 0:
+        raise SystemExit(f"{checkpoint} changed since the benchmark's revision {revision[:10]}")
+    torch = bench["torch"]
+    return {
+        "robust": bench["robust_torch"],
+        "members": [
+            {"member": m, "robust": torch["after"][m], "seconds": torch["member_seconds"][m]}
+            for m in torch["after"]
+        ],
+        "seconds": torch["seconds"],
+        "load_average": {"start": bench["load_start"], "end": bench["load_end"]},
+        "max_logit_difference": torch["max_logit_difference"],
+        "torch": torch["versions"]["torch"],
+        "torchattacks": torch["versions"]["torchattacks"],
+        "environment": bench["machine"],
+        "source": f"{path.name}: {bench['command']}",
+    }
+
+
+def attack(args: argparse.Namespace, checkpoint: Path, x: np.ndarray, y: np.ndarray) -> dict:
+    """torchattacks' standard AutoAttack on the checkpoint's weights, timed here."""
+    from advjax.io import environment, load_checkpoint
+    from advjax.model import eval_logits_fn
+
+    model, variables = load_checkpoint(checkpoint)
+    logits_fn = jax.jit(eval_logits_fn(model, variables))
+    logits = np.concatenate([np.asarray(logits_fn(x[i : i + 250])) for i in range(0, len(y), 250)])
+    load_start, started = list(os.getloadavg()), time.perf_counter()
+    peer = run_peer(args.torch_python, model, variables, x, y, logits, threads=args.threads)
+    return peer | {
+        "seconds": time.perf_counter() - started,
+        "load_average": {"start": load_start, "end": list(os.getloadavg())},
+        "environment": environment(),
+    }
+
+
 def main(argv=None) -> dict:
     backend.configure()  # advjax's XLA CPU settings, before any JAX work
     p = argparse.ArgumentParser(
@@ -62,16 +117,30 @@ def main(argv=None) -> dict:
     p.add_argument("--torch-python", default=str(REPO / ".torchvenv" / "bin" / "python"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--data-dir", default=None)
+    p.add_argument(
+        "--from-benchmark",
+        type=Path,
+        default=None,
+        help="take the model `benchmarks.autoattack_peer` attacked from its JSON instead of "
+        "attacking it again (the same checkpoint and images are checked)",
+    )
     args = p.parse_args(argv)
+    study_dir = Path(args.study)
+    folder = study_dir / "strong_evaluation"
+    from advjax.io import OutputLock
+
+    with OutputLock(folder):  # the strong evaluation's folder: one writer at a time
+        return compare(args, argv, study_dir, folder)
+
+
+def compare(args: argparse.Namespace, argv, study_dir: Path, folder: Path) -> dict:
+    """Attack (or take from the benchmark) every model not yet in the peer file; the file."""
     from advjax.data import load_cifar10
     from advjax.evaluation import format_rate, rate
-    from advjax.io import atomic_write_json, environment, load_checkpoint, read_records, record_file
-    from advjax.model import eval_logits_fn
+    from advjax.io import atomic_write_json, read_records, record_file
     from advjax.train import to_float
 
-    study_dir = Path(args.study)
     study = json.loads((study_dir / "results.json").read_text())
-    folder = study_dir / "strong_evaluation"
     records = read_records(record_file(folder))
     names = args.models or sorted({r.model for r in records})
     index = np.asarray(study["data"]["eval_indices"])
@@ -88,14 +157,15 @@ def main(argv=None) -> dict:
         if kept and kept["model_hash"] == model_hash:
             print(f"[peer] {name}: kept ({kept['robust_text']})")
             continue
-        model, variables = load_checkpoint(study_dir / "checkpoints" / f"{name}.msgpack")
-        logits_fn = jax.jit(eval_logits_fn(model, variables))
-        logits = np.concatenate(
-            [np.asarray(logits_fn(x[i : i + 250])) for i in range(0, len(y), 250)]
+        reused = args.from_benchmark and from_benchmark(
+            args.from_benchmark, name, study_dir, len(y)
         )
-        print(f"[peer] {name}: torchattacks on {len(y):,} cases", flush=True)
-        load_start, started = list(os.getloadavg()), time.perf_counter()
-        peer = run_peer(args.torch_python, model, variables, x, y, logits, threads=args.threads)
+        if reused is None:
+            print(f"[peer] {name}: torchattacks on {len(y):,} cases", flush=True)
+            peer = attack(args, study_dir / "checkpoints" / f"{name}.msgpack", x, y)
+        else:
+            print(f"[peer] {name}: from {reused['source']}", flush=True)
+            peer = reused
         robust_t = np.asarray(peer["robust"], bool)
         r = rate(int(robust_t.sum()), len(y))
         report["models"][name] = {
@@ -105,14 +175,16 @@ def main(argv=None) -> dict:
             "advjax_robust": int(robust_a.sum()),
             "agreement": agreement(robust_a, robust_t),
             "after": {row["member"]: row["robust"] for row in peer["members"]},
-            "member_seconds": {row["member"]: row["seconds"] for row in peer["members"][1:]},
-            "seconds": time.perf_counter() - started,
-            "load_average": {"start": load_start, "end": list(os.getloadavg())},
+            "member_seconds": {
+                row["member"]: row["seconds"] for row in peer["members"] if row["member"] != "clean"
+            },
+            "seconds": peer["seconds"],
+            "load_average": peer["load_average"],
             "max_logit_difference": peer["max_logit_difference"],
             "versions": {"torch": peer["torch"], "torchattacks": peer["torchattacks"]},
             "robust_torch": robust_t.astype(int).tolist(),
-            "environment": environment(),
-        }
+            "environment": peer["environment"],
+        } | ({"source": reused["source"]} if reused else {})
         atomic_write_json(path, report)
         print(f"[peer] {name}: {report['models'][name]['robust_text']}; advjax "
               f"{int(robust_a.sum())}; {report['models'][name]['agreement']}", flush=True)  # fmt: skip
