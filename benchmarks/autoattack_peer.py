@@ -58,6 +58,10 @@ def torch_weights(variables: dict) -> dict:
     return {k: v.astype(np.float32) for k, v in out.items()}  # fmt: skip
 
 
+DEFAULT_STUDY = REPO / "results" / "research"
+"""The study whose checkpoint and images the benchmark uses unless `--study` names another."""
+
+
 def run_torch_script(
     torch_python: str, script: str, model, variables, x, y, args=(), **arrays
 ) -> dict:
@@ -154,7 +158,7 @@ def main(argv=None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--model", default="pgd_continue2_silu")
-    p.add_argument("--study", default=str(REPO / "results" / "research"))
+    p.add_argument("--study", default=str(DEFAULT_STUDY))
     p.add_argument("--n", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--torch-python", default=str(REPO / ".torchvenv" / "bin" / "python"))

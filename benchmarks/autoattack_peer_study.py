@@ -30,7 +30,7 @@ import jax
 import numpy as np
 
 from advjax import backend
-from benchmarks.autoattack_peer import REPO, run_peer
+from benchmarks.autoattack_peer import DEFAULT_STUDY, REPO, run_peer
 from experiments.cifar_robustness.strong_evaluation import PEER_FILE
 
 
@@ -65,8 +65,8 @@ def from_benchmark(path: Path, name: str, study_dir: Path, n: int) -> dict | Non
     if bench["model"] != name or bench["n"] != n:
         return None
     words = shlex.split(bench["command"])
-    study = words[words.index("--study") + 1] if "--study" in words else "results/research"
-    if (REPO / study).resolve() != study_dir.resolve():
+    study = REPO / words[words.index("--study") + 1] if "--study" in words else DEFAULT_STUDY
+    if study.resolve() != study_dir.resolve():
         return None
     checkpoint = study_dir / "checkpoints" / f"{name}.msgpack"
     revision = bench["machine"]["git_revision"]

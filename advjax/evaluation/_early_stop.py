@@ -252,10 +252,10 @@ def attack_cases(
         return out
 
     # At eps 0 every iterate of every restart is x itself: the first evaluation decides.
-    steps = 1 if eps == 0 else spec.steps
+    steps, restarts = (1, 1) if eps == 0 else (spec.steps, spec.restarts)
     remaining = np.arange(n)
-    for restart in range(spec.restarts):
-        last = restart == spec.restarts - 1 or steps < spec.steps
+    for restart in range(restarts):
+        last = restart == restarts - 1
         fields = [
             np.zeros((n, *x.shape[1:]), np.float32),
             None,
@@ -279,11 +279,11 @@ def attack_cases(
             for part, index in _batches(ended, spec.batch_size):
                 state = PGDState(*(jnp.asarray(f[index]) for f in fields))
                 results = [np.asarray(a)[: len(part)] for a in program.finish(state, y[index])]
-                if last and restart < spec.restarts - 1:  # eps 0: later restarts repeat this one
-                    out.by_restart[restart + 1 :, part[results[3] < 0]] = -1
+                if restarts < spec.restarts:  # eps 0: the restarts not run repeat this one
+                    out.by_restart[restarts:, part[results[3] < 0]] = -1
                 settle(part, *results, restart, last)
             active = np.setdiff1d(active, ended)
         remaining = remaining[out.by_restart[restart, remaining] < 0]
-        if not len(remaining) or last:
+        if not len(remaining):
             break
     return out
