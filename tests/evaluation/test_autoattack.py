@@ -240,7 +240,6 @@ def test_a_random_model_fails_the_randomness_check_of_a_deterministic_version(mo
     assert check.passed is False and "version='rand'" in check.evidence
 
 
-@pytest.mark.slow
 def test_flax_linen_and_nnx_models_work_as_they_are():
     import flax.linen as nn
     from flax import nnx
@@ -273,7 +272,7 @@ def test_flax_linen_and_nnx_models_work_as_they_are():
 
 
 @pytest.mark.parametrize("library", ["equinox", "haiku"])
-def test_equinox_and_haiku_models_where_installed(library):
+def test_equinox_and_haiku_models_work_as_they_are(library):
     x = np.asarray(jax.random.uniform(jax.random.key(1), (8, *SHAPE)))
     if library == "equinox":
         eqx = pytest.importorskip("equinox")
