@@ -8,6 +8,8 @@
 #                mv results /tmp/results_aside                            # back after the calls
 #   device:      run("bash experiments/cifar_robustness/gpu_train.sh --receive a", carry=[".devtrain_a"])
 #                run("bash experiments/cifar_robustness/gpu_train.sh --receive b", carry=[".devtrain_b"])
+#                run("bash experiments/cifar_robustness/gpu_train.sh --receive r", carry=[".devtrain_r"])
+#                                                       # only where --stage made .devtrain_r
 #                run("BUDGET_S=480 bash experiments/cifar_robustness/gpu_train.sh --train \
 #                     pgd_silu_scratch_flip_ema,pgd_silu_scratch_flip \
 #                     pgd_silu_scratch_batch64_ema,pgd_silu_scratch_batch64",
@@ -22,12 +24,18 @@
 # $OUT/<first model>/{checkpoints,training_progress}/*.msgpack (EXTRA_ARGS, e.g. a --set,
 # go to every process; a rehearsal on the CPU runs the whole flow small); copy those into
 # results/research/robust_cnn/ and run the profile with --models there to evaluate them.
+#
+# A training begun elsewhere (its last finished epoch in RESUME_FROM, by default
+# results/research/robust_cnn/levers/training_progress/) goes on from there: --stage also
+# puts those files in .devtrain_r, `--receive r` (carry=[".devtrain_r"]) sends them, and
+# --train starts each group whose first model has one from it.
 set -o pipefail
 export PYTHONUNBUFFERED=1 JAX_DEFAULT_MATMUL_PRECISION=highest
 SRC=${ADVJAX_DATA_DIR:-../shared/data/cifar10}
 DATA=${DATA:-/tmp/advjax_cifar10}
 OUT=${OUT:-/tmp/gpu_train}
 BUDGET_S=${BUDGET_S:-480}
+RESUME_FROM=${RESUME_FROM:-results/research/robust_cnn/levers/training_progress}
 PARTS=(a:data_batch_1,data_batch_2,batches.meta b:data_batch_3,data_batch_4 c:data_batch_5,test_batch)
 
 part_files() {  # the files of part $1, one per line
@@ -46,9 +54,19 @@ case "$1" in
     grep -qx "/.devtrain_$p/" .git/info/exclude 2>/dev/null || echo "/.devtrain_$p/" >>.git/info/exclude
     du -sh ".devtrain_$p"
   done
+  rm -rf .devtrain_r
+  if compgen -G "$RESUME_FROM/*.msgpack" >/dev/null; then
+    mkdir -p .devtrain_r && cp "$RESUME_FROM"/*.msgpack .devtrain_r/ || exit 1
+    grep -qx "/.devtrain_r/" .git/info/exclude 2>/dev/null || echo "/.devtrain_r/" >>.git/info/exclude
+    du -sh .devtrain_r
+  fi
   ;;
 --receive)
-  mkdir -p "$DATA" && cp ".devtrain_$2"/* "$DATA"/ && ls -l "$DATA"
+  if [ "$2" = r ]; then
+    mkdir -p "$DATA/progress" && cp .devtrain_r/* "$DATA/progress/" && ls -l "$DATA/progress"
+  else
+    mkdir -p "$DATA" && cp ".devtrain_$2"/* "$DATA"/ && ls -l "$DATA"
+  fi
   ;;
 --train)
   shift
@@ -77,6 +95,11 @@ jaxlib.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.de
   for group in "$@"; do
     name=${group%%,*}
     mkdir -p "$OUT/$name"
+    staged="$DATA/progress/$name.msgpack"
+    if [ -s "$staged" ] && [ ! -e "$OUT/$name/training_progress/$name.msgpack" ]; then
+      mkdir -p "$OUT/$name/training_progress" && cp "$staged" "$OUT/$name/training_progress/"
+      echo "$name: goes on from the staged progress" | tee -a "$LOG"
+    fi
     timeout -s INT -k 60 "$BUDGET_S" python3 -m experiments.cifar_robustness --profile robust_cnn \
       --train-only --no-progress --data-dir "$DATA" --out "$OUT/$name" --models ${group//,/ } $EXTRA_ARGS \
       >"$OUT/$name.out" 2>&1 &
@@ -95,7 +118,7 @@ jaxlib.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.de
   ls -lR "$OUT" | tee -a "$LOG"
   ;;
 *)
-  echo "usage: $0 --stage | --receive a|b|c | --train MODEL[,MODEL...] ..." >&2
+  echo "usage: $0 --stage | --receive a|b|c|r | --train MODEL[,MODEL...] ..." >&2
   exit 2
   ;;
 esac

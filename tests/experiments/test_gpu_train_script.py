@@ -58,3 +58,49 @@ def test_train_refuses_to_start_before_every_part_has_arrived(staged, tmp_path):
 def test_an_unknown_mode_prints_the_usage():
     done = _run(["--bogus"], SCRIPT.parent)
     assert done.returncode == 2 and "usage" in done.stderr
+
+
+def test_a_training_begun_elsewhere_goes_on_from_its_staged_progress(tmp_path):
+    """--stage takes RESUME_FROM's progress files into their own part; after `--receive r`,
+    --train puts a group's file in its output folder before its training process starts."""
+    source = tmp_path / "cifar10"
+    source.mkdir()
+    for name in FILES:
+        (source / name).write_bytes(name.encode())
+    repo = tmp_path / "repo"
+    (repo / ".git" / "info").mkdir(parents=True)
+    progress = repo / "results" / "research" / "robust_cnn" / "levers" / "training_progress"
+    progress.mkdir(parents=True)
+    (progress / "pgd_silu_scratch_flip_ema.msgpack").write_bytes(b"epoch 17")
+    assert _run(["--stage"], repo, ADVJAX_DATA_DIR=str(source)).returncode == 0
+    assert [f.name for f in (repo / ".devtrain_r").iterdir()] == [
+        "pgd_silu_scratch_flip_ema.msgpack"
+    ]
+    assert "/.devtrain_r/" in (repo / ".git" / "info" / "exclude").read_text().split()
+
+    data, out, bin_dir = tmp_path / "device_data", tmp_path / "out", tmp_path / "bin"
+    for part in "abcr":
+        assert _run(["--receive", part], repo, DATA=str(data)).returncode == 0
+    bin_dir.mkdir()
+    seen = tmp_path / "seen.txt"
+    fake = bin_dir / "python3"  # records what the training process would start from
+    fake.write_text(
+        f'#!/bin/bash\nfind "{out}" -name "*.msgpack" >> "{seen}"\necho "$@" >> "{seen}"\n'
+    )
+    fake.chmod(0o755)
+    done = _run(["--train", "pgd_silu_scratch_flip_ema,pgd_silu_scratch_flip", "pgd_silu_scratch_batch64_ema"],
+                repo, DATA=str(data), OUT=str(out), PATH=f"{bin_dir}:{os.environ['PATH']}")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    copied = (
+        out
+        / "pgd_silu_scratch_flip_ema"
+        / "training_progress"
+        / "pgd_silu_scratch_flip_ema.msgpack"
+    )
+    assert copied.read_bytes() == b"epoch 17"
+    assert str(copied) in seen.read_text()
+    assert not (out / "pgd_silu_scratch_batch64_ema" / "training_progress").exists()
+    assert (
+        "pgd_silu_scratch_flip_ema: goes on from the staged progress"
+        in (out / "log.txt").read_text()
+    )
