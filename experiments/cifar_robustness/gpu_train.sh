@@ -38,6 +38,10 @@ BUDGET_S=${BUDGET_S:-480}
 RESUME_FROM=${RESUME_FROM:-results/research/robust_cnn/levers/training_progress}
 PARTS=(a:data_batch_1,data_batch_2,batches.meta b:data_batch_3,data_batch_4 c:data_batch_5,test_batch)
 
+git_ignore() {  # staged folder $1 stays out of git, so a device call takes it only when carried
+  grep -qx "/$1/" .git/info/exclude 2>/dev/null || echo "/$1/" >>.git/info/exclude
+}
+
 part_files() {  # the files of part $1, one per line
   for entry in "${PARTS[@]}"; do
     [ "${entry%%:*}" = "$1" ] || continue
@@ -51,13 +55,13 @@ case "$1" in
   for p in a b c; do
     rm -rf ".devtrain_$p" && mkdir -p ".devtrain_$p"
     part_files "$p" | while read -r f; do cp "$SRC/$f" ".devtrain_$p/" || exit 1; done
-    grep -qx "/.devtrain_$p/" .git/info/exclude 2>/dev/null || echo "/.devtrain_$p/" >>.git/info/exclude
+    git_ignore ".devtrain_$p"
     du -sh ".devtrain_$p"
   done
   rm -rf .devtrain_r
   if compgen -G "$RESUME_FROM/*.msgpack" >/dev/null; then
     mkdir -p .devtrain_r && cp "$RESUME_FROM"/*.msgpack .devtrain_r/ || exit 1
-    grep -qx "/.devtrain_r/" .git/info/exclude 2>/dev/null || echo "/.devtrain_r/" >>.git/info/exclude
+    git_ignore .devtrain_r
     du -sh .devtrain_r
   fi
   ;;

@@ -16,16 +16,26 @@ def _run(args, cwd, **env):
                           env={**os.environ, **env})  # fmt: skip
 
 
-@pytest.fixture
-def staged(tmp_path):
+def _checkout(tmp_path) -> Path:
+    """A stand-in CIFAR-10 folder (tmp_path/cifar10) and an empty checkout (tmp_path/repo)."""
     source = tmp_path / "cifar10"
     source.mkdir()
     for name in FILES:
         (source / name).write_bytes(name.encode())
     repo = tmp_path / "repo"
     (repo / ".git" / "info").mkdir(parents=True)
-    done = _run(["--stage"], repo, ADVJAX_DATA_DIR=str(source))
+    return repo
+
+
+def _stage(repo: Path) -> None:
+    done = _run(["--stage"], repo, ADVJAX_DATA_DIR=str(repo.parent / "cifar10"))
     assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def staged(tmp_path):
+    repo = _checkout(tmp_path)
+    _stage(repo)
     return repo
 
 
@@ -63,16 +73,11 @@ def test_an_unknown_mode_prints_the_usage():
 def test_a_training_begun_elsewhere_goes_on_from_its_staged_progress(tmp_path):
     """--stage takes RESUME_FROM's progress files into their own part; after `--receive r`,
     --train puts a group's file in its output folder before its training process starts."""
-    source = tmp_path / "cifar10"
-    source.mkdir()
-    for name in FILES:
-        (source / name).write_bytes(name.encode())
-    repo = tmp_path / "repo"
-    (repo / ".git" / "info").mkdir(parents=True)
+    repo = _checkout(tmp_path)
     progress = repo / "results" / "research" / "robust_cnn" / "levers" / "training_progress"
     progress.mkdir(parents=True)
     (progress / "pgd_silu_scratch_flip_ema.msgpack").write_bytes(b"epoch 17")
-    assert _run(["--stage"], repo, ADVJAX_DATA_DIR=str(source)).returncode == 0
+    _stage(repo)
     assert [f.name for f in (repo / ".devtrain_r").iterdir()] == [
         "pgd_silu_scratch_flip_ema.msgpack"
     ]
