@@ -24,6 +24,7 @@ from advjax.train._resume import (
     FitProgress,
     Selection,
     load_fit_progress,
+    read_fit_history,
     save_fit_progress,
 )
 from advjax.train._sentinel import (
@@ -94,6 +95,7 @@ __all__ = [
     "FitProgress",
     "FitResult",
     "load_fit_progress",
+    "read_fit_history",
     "make_model",
     "make_optimizer",
     "make_probe",

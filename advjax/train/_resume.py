@@ -98,6 +98,35 @@ def _restore_selection(template: TrainState, weights: dict, meta: dict) -> Selec
     return Selection(restored, int(meta["epoch"]), float(meta["accuracy"]), float(meta["score"]))
 
 
+def read_fit_history(path: str | os.PathLike) -> list[dict]:
+    """The per-epoch history (one dict per finished epoch, as `fit` logs it) stored in the
+    fit-progress file at `path`, read without restoring the model: how far an unfinished
+    or stopped training got, and its validation curve so far.
+
+    Raises FileNotFoundError when there is no file and ValueError when it is not a
+    fit-progress file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"training progress {path}: no such file")
+    _, meta = _read(path)
+    return meta["history"]
+
+
+def _read(path: Path) -> tuple[dict, dict]:
+    """The raw msgpack map of a fit-progress file and its decoded "meta"."""
+    try:
+        raw = serialization.msgpack_restore(path.read_bytes())
+        if not isinstance(raw, dict) or raw.get("format") != FIT_PROGRESS_FORMAT:
+            raise ValueError("not an advjax fit-progress file")
+        meta = json.loads(raw["meta"])
+        if not isinstance(meta.get("history"), list) or "tag" not in raw:
+            raise ValueError("no history or tag")
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"training progress {path} is unreadable: {error}") from error
+    return raw, meta
+
+
 def load_fit_progress(
     path: str | os.PathLike, template: TrainState, *, tag: str
 ) -> FitProgress | None:
@@ -110,13 +139,7 @@ def load_fit_progress(
     path = Path(path)
     if not path.is_file():
         return None
-    try:
-        raw = serialization.msgpack_restore(path.read_bytes())
-        if not isinstance(raw, dict) or raw.get("format") != FIT_PROGRESS_FORMAT:
-            raise ValueError("not an advjax fit-progress file")
-        meta = json.loads(raw["meta"])
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"training progress {path} is unreadable: {error}") from error
+    raw, meta = _read(path)
     if raw["tag"] != tag:
         raise ValueError(
             f"training progress {path} belongs to another run (tag {raw['tag']!r}, this run "

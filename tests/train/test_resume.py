@@ -1,4 +1,5 @@
-"""Resumable training (advjax.train: FitProgress, save_fit_progress, load_fit_progress and
+"""Resumable training (advjax.train: FitProgress, save_fit_progress, load_fit_progress,
+read_fit_history and
 fit's `on_epoch` / `resume`): a run stopped after an epoch and resumed from its file ends with
 exactly the weights, history and selection of the uninterrupted run."""
 
@@ -13,6 +14,7 @@ from advjax.train import (
     create_train_state,
     fit,
     load_fit_progress,
+    read_fit_history,
     save_fit_progress,
 )
 from tests.train.test_ema import _data
@@ -111,6 +113,28 @@ def test_progress_of_another_run_or_model_is_refused(tmp_path):
     (tmp_path / "junk").write_bytes(b"\x00not msgpack")
     with pytest.raises(ValueError, match="unreadable"):
         load_fit_progress(tmp_path / "junk", _template(config, 32), tag="run-a")
+
+
+def test_the_history_of_a_stopped_run_reads_without_its_model(tmp_path):
+    config = TrainConfig(epochs=3, batch_size=32, ema_decay=0.9)
+    seen = []
+    path = tmp_path / "p"
+
+    def keep(progress: FitProgress) -> None:
+        seen.append(progress)
+        _stop_after(2, path, "t")(progress)
+
+    with pytest.raises(_Stop):
+        fit(config, _data(64), _data(32, seed=1), show_progress=False, log=lambda _: None,
+            on_epoch=keep)  # fmt: skip
+    history = read_fit_history(path)
+    assert [h["epoch"] for h in history] == [1, 2]
+    assert history == seen[-1].history and "val_accuracy" in history[0]
+    with pytest.raises(FileNotFoundError, match="absent"):
+        read_fit_history(tmp_path / "absent")
+    (tmp_path / "junk").write_bytes(b"\x00not msgpack")
+    with pytest.raises(ValueError, match="unreadable"):
+        read_fit_history(tmp_path / "junk")
 
 
 @pytest.mark.slow
