@@ -3,6 +3,7 @@
 Trains the standard and FGSM-adversarially-trained CompactCNNs on real CIFAR-10, attacks
 them with FGSM and PGD on one fixed stratified test subset, and writes results.json,
 tables and figures. Re-running resumes from the last finished phase; --force restarts;
+--reuse-from takes models another run trained and attacked under the same protocol;
 --repair-records repairs the output folder's record files (duplicated lines) and exits.
 One run writes a folder at a time: a second one is refused at once.
 """
@@ -20,6 +21,7 @@ from advjax.io import record_file
 from experiments.cifar_robustness.config import PROFILE_OUTPUTS, PROFILE_POLICIES, PROFILES, profile
 from experiments.cifar_robustness.dry_run import dry_run
 from experiments.cifar_robustness.report import write_report
+from experiments.cifar_robustness.reuse import reuse_run
 from experiments.cifar_robustness.study import load_study_data, run_study, train_models
 from experiments.cli import add_repair_flag, hold_output_folder, run_command
 from experiments.overrides import add_set_flag, apply_overrides
@@ -57,8 +59,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="train (or reuse) the models and stop: no attacks, records or report "
         "(with --models, the surrogate is left out)",
     )
+    p.add_argument(
+        "--reuse-from",
+        default=None,
+        metavar="RUN",
+        help="take the selected models' checkpoints and case records from another run of the "
+        "same protocol where they were trained under the same config (attack only the rest)",
+    )
     add_repair_flag(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.reuse_from and args.force:
+        p.error("--reuse-from and --force together: --force would discard what is reused")
+    return args
 
 
 def config_from_args(args: argparse.Namespace):
@@ -96,6 +108,8 @@ def main(argv: list[str] | None = None) -> dict:
 def study(config, args: argparse.Namespace, out: str, command: str) -> dict:
     """Run (or resume) the study into `out` and write its report; the lock is held."""
     print(f"advjax CIFAR-10 robustness study, profile {config.profile}, output {out}")
+    if args.reuse_from:
+        reuse_run(config, Path(args.reuse_from), Path(out))
     if args.train_only:
         data, splits = load_study_data(config, args.data_dir)
         checkpoints = train_models(config, data, splits, Path(out), surrogate=args.models is None,

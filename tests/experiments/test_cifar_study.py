@@ -5,17 +5,20 @@ import os
 import shutil
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from conftest import case_record
 
 from advjax import gate
 from advjax.evaluation import ThreatModel, aggregate_records, find_group, read_run_summary
-from advjax.io import RecordLog, read_records, record_file
+from advjax.io import RecordLog, read_records, record_file, save_checkpoint
+from advjax.model import CompactCNN
 from experiments.cifar_robustness import attack_variants, replay, strong_evaluation
 from experiments.cifar_robustness import main as cifar_robustness
 from experiments.cifar_robustness.config import profile
 from experiments.cifar_robustness.report import tables_markdown
+from experiments.cifar_robustness.reuse import reuse_run
 from experiments.cifar_robustness.study import DEFAULT_POLICY
 from experiments.cifar_robustness.tradeoff import tradeoff_figure, train_time
 
@@ -150,6 +153,57 @@ def test_rerun_resumes_finished_phases_with_identical_numbers(quick_run, capsys)
     for name, m in again["models"].items():
         for key in ("clean_accuracy", "attacks", "budget_curves", "transfer", "per_class"):
             assert m[key] == first["models"][name][key]
+
+
+@needs_data
+def test_a_model_reused_from_another_run_is_neither_trained_nor_attacked_again(
+    quick_run, tmp_path, capsys
+):
+    """--reuse-from copies the model's checkpoint (and the surrogate's) and its records: the
+    new run trains nothing, attacks nothing and reports the source run's numbers for it."""
+    out, first = quick_run
+    new = tmp_path / "beside"
+    argv = ["--profile", "quick", "--models", "fgsm_matched", "--out", str(new), "--no-progress"]
+    again = cifar_robustness.main([*argv, "--reuse-from", str(out)])
+    printed = capsys.readouterr().out
+    assert "[reuse] fgsm_matched: checkpoint and 1,300 records" in printed
+    assert "[train] fgsm_matched: reusing" in printed and "[train] surrogate: reusing" in printed
+    assert "[attack]" not in printed
+
+    def lines(folder):
+        return sorted(
+            r.to_json() for r in read_records(record_file(folder)) if r.model == "fgsm_matched"
+        )
+
+    assert lines(new) == lines(out) and len(lines(new)) == 1300
+    mine, theirs = again["models"]["fgsm_matched"], first["models"]["fgsm_matched"]
+    for key in ("clean_accuracy", "attacks", "budget_curves", "transfer", "attack_seconds"):
+        assert mine[key] == theirs[key]
+    with pytest.raises(SystemExit):
+        cifar_robustness.parse_args([*argv, "--reuse-from", str(out), "--force"])
+    assert "--reuse-from and --force" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="--reuse-from .* no checkpoints/"):
+        cifar_robustness.main([*argv, "--reuse-from", str(tmp_path / "nothing")])
+
+
+def test_a_checkpoint_of_another_config_or_differing_from_this_runs_is_not_reused(tmp_path):
+    config = profile("quick")
+    source, out = tmp_path / "source", tmp_path / "out"
+    model = CompactCNN()
+    variables = model.init(jax.random.key(0), np.zeros((1, 32, 32, 3), np.float32), False)
+    standard, matched = config.models[0], config.models[2]
+    save_checkpoint(source / "checkpoints" / f"{standard.name}.msgpack", model, variables,
+                    {"config_digest": "another"})  # fmt: skip
+    save_checkpoint(source / "checkpoints" / f"{matched.name}.msgpack", model, variables,
+                    {"config_digest": config.model_digest(matched)})  # fmt: skip
+    other = model.init(jax.random.key(1), np.zeros((1, 32, 32, 3), np.float32), False)
+    save_checkpoint(out / "checkpoints" / f"{matched.name}.msgpack", model, other,
+                    {"config_digest": config.model_digest(matched)})  # fmt: skip
+    said = []
+    assert reuse_run(config, source, out, log=said.append) == {}
+    assert not (out / "checkpoints" / f"{standard.name}.msgpack").exists()
+    assert any("another config" in line for line in said)
+    assert any("differs" in line for line in said)
 
 
 def test_dry_run_counts_queries_and_attacks_nothing(tmp_path, capsys):
