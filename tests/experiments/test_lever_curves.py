@@ -9,9 +9,10 @@ import pytest
 
 from advjax.io import save_checkpoint
 from advjax.model import CompactCNN
-from advjax.train import FitProgress, SentinelConfig, TrainConfig, fit, save_fit_progress
+from advjax.train import SentinelConfig, TrainConfig, fit
 from experiments.cifar_robustness import lever_curves
 from tests.train.test_ema import _data
+from tests.train.test_resume import _Stop, _stop_after
 
 
 def _history(val_pgd, fitted):
@@ -24,10 +25,6 @@ def _checkpoint(path, history, **metadata):
     variables = model.init(jax.random.key(0), np.zeros((1, 32, 32, 3), np.float32), False)
     meta = {"train_config": {"epochs": len(history)}, "history": history, **metadata}
     return save_checkpoint(path, model, variables, meta)
-
-
-class _Stop(Exception):
-    pass
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +41,12 @@ def run(tmp_path_factory):
                 _history([0.1, 0.1, 0.1], [0.1, 0.1, 0.1]), trained_by="pgd_silu_scratch_flip_ema")  # fmt: skip
     _checkpoint(run / "checkpoints" / "baseline.msgpack", _history([0.3], [0.3]))
     progress = run / "training_progress" / "pgd_silu_scratch_batch64_ema.msgpack"
-
-    def stop_after_one(p: FitProgress) -> None:
-        save_fit_progress(progress, p, tag="t")
-        raise _Stop
-
     with pytest.raises(_Stop):
         fit(TrainConfig(mode="pgd", adv_steps=1, epochs=2, batch_size=32, ema_decay=0.9),
             _data(32), _data(32, seed=1), show_progress=False, log=lambda _: None,
             sentinel=SentinelConfig(probe_size=32, steps=1, val_size=32, batch_size=32,
                                     select_by="val_pgd_accuracy"),
-            on_epoch=stop_after_one)  # fmt: skip
+            on_epoch=_stop_after(1, progress, "t"))  # fmt: skip
     return run, base
 
 
