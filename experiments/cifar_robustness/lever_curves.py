@@ -49,16 +49,22 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def trainings(run: Path, exclude: str) -> list[str]:
-    """The trainings in `run`: unfinished ones and finished checkpoints that are not another
-    training's live weights, less `exclude` (the baseline's copy)."""
+    """The trainings in `run`: unfinished ones and finished checkpoints that are neither another
+    training's live weights nor without the compared curves (a standard training, such as a
+    reused transfer surrogate), less `exclude` (the baseline's copy)."""
     names = {p.stem for p in (run / "training_progress").glob("*.msgpack")}
     for path in (run / "checkpoints").glob("*.msgpack"):
-        if "trained_by" not in read_checkpoint(path)["metadata"]:
+        meta = read_checkpoint(path)["metadata"]
+        if "trained_by" not in meta and _has_curves(meta["history"]):
             names.add(path.stem)
     names.discard(exclude)
     if not names:
         raise FileNotFoundError(f"--run {run}: no training in checkpoints/ or training_progress/")
     return sorted(names)
+
+
+def _has_curves(history: list[dict]) -> bool:
+    return bool(history) and all(field in history[0] for field in CURVES)
 
 
 def lever_history(run: Path, name: str, planned: dict[str, int]) -> dict:

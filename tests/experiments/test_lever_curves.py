@@ -30,7 +30,8 @@ def _checkpoint(path, history, **metadata):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A levers folder: one finished training (and its live twin), one stopped after epoch
-    1 of its profile's 40 by the real loop, and the baseline's copy."""
+    1 of its profile's 40 by the real loop, the baseline's copy and a standard training (a
+    reused surrogate, which has no curves to compare)."""
     root = tmp_path_factory.mktemp("levers")
     base = _checkpoint(root / "baseline.msgpack", _history([0.30, 0.35, 0.40], [0.3, 0.4, 0.45]))
     run = root / "levers"
@@ -40,6 +41,7 @@ def run(tmp_path_factory):
     _checkpoint(run / "checkpoints" / "pgd_silu_scratch_flip.msgpack",
                 _history([0.1, 0.1, 0.1], [0.1, 0.1, 0.1]), trained_by="pgd_silu_scratch_flip_ema")  # fmt: skip
     _checkpoint(run / "checkpoints" / "baseline.msgpack", _history([0.3], [0.3]))
+    _checkpoint(run / "checkpoints" / "surrogate.msgpack", [{"epoch": 1, "val_accuracy": 0.6}])
     progress = run / "training_progress" / "pgd_silu_scratch_batch64_ema.msgpack"
     with pytest.raises(_Stop):
         fit(TrainConfig(mode="pgd", adv_steps=1, epochs=2, batch_size=32, ema_decay=0.9),
