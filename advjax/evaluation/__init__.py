@@ -1,6 +1,7 @@
 """The evidence layer: a declared threat model, attacks run case by case into append-only
-records, every number from the records (with counts and Wilson intervals), sanity checks,
-the run summary and the release gate.
+records, every number from the records (with counts and Wilson intervals), paired
+comparisons of two models on the same cases, sanity checks, the run summary and the release
+gate.
 
 The pipeline: `ThreatModel` + `AttackSpec` -> `run_attack` / `run_ensemble` (records, with
 early stop) -> `aggregate_records` -> `run_checks` -> `run_summary` -> `decide`.
@@ -80,6 +81,10 @@ from advjax.evaluation._metrics import (
     format_rate,
     rate,
     wilson_interval,
+)
+from advjax.evaluation._paired import (
+    mcnemar_exact,
+    paired_robustness,
 )
 from advjax.evaluation._records import (
     ROBUST_STATUSES,
@@ -163,11 +168,13 @@ __all__ = [
     "load_policy",
     "make_attack_fn",
     "make_program",
+    "mcnemar_exact",
     "Member",
     "member_hash",
     "METHODS",
     "Outcome",
     "parse_eps",
+    "paired_robustness",
     "parse_policy",
     "per_class",
     "PolicyError",
