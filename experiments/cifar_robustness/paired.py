@@ -49,13 +49,13 @@ def record_path(source: str) -> Path:
     return path
 
 
-def selected_groups(sources: list[str], models: set[str], attack: str, eps: float) -> dict:
-    """Each model's records of `attack` at `eps` (/255), pooled over the sources; one
-    checkpoint per model name."""
+def selected_groups(paths: list[Path], models: set[str], attack: str, eps: float) -> dict:
+    """Each model's records of `attack` at `eps` (/255), pooled over the record files
+    `paths`; one checkpoint per model name."""
     groups: dict[str, dict] = {m: {} for m in models}
     hashes: dict[str, set] = {m: set() for m in models}
-    for source in sources:
-        for r in read_records(record_path(source)):
+    for path in paths:
+        for r in read_records(path):
             if r.model in groups and r.attack == attack and abs(255 * r.eps - eps) < 1e-6:
                 hashes[r.model].add(r.model_hash)
                 groups[r.model].setdefault(r.case_id, r)
@@ -67,7 +67,7 @@ def selected_groups(sources: list[str], models: set[str], attack: str, eps: floa
             )
         if not groups[model]:
             raise ValueError(
-                f"--pair {model}: no {attack} records at eps {eps:g}/255 in --records {sources}"
+                f"--pair {model}: no {attack} records at eps {eps:g}/255 in --records {[str(p) for p in paths]}"
             )
     return {m: list(g.values()) for m, g in groups.items()}
 
@@ -106,7 +106,8 @@ def _default_out(source: str) -> Path:
 def compare(args: argparse.Namespace, out: Path, argv) -> dict:
     """Every pair's comparison into `out` (the lock is held)."""
     models = {m for pair in args.pair for m in pair}
-    groups = selected_groups(args.records, models, args.attack, args.eps)
+    paths = [record_path(s) for s in args.records]
+    groups = selected_groups(paths, models, args.attack, args.eps)
     pairs = []
     for a, b in args.pair:
         try:
@@ -118,7 +119,7 @@ def compare(args: argparse.Namespace, out: Path, argv) -> dict:
               f"{row['only_a']}, only B {row['only_b']}, p = {row['p_value']:.2g}", flush=True)  # fmt: skip
     result = {
         "command": f"python -m {PROG} " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "records": [str(record_path(s)) for s in args.records],
+        "records": [str(p) for p in paths],
         "attack": args.attack,
         "eps": args.eps,
         "pairs": pairs,
