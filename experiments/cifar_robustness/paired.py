@@ -16,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from advjax.evaluation import format_rate, paired_robustness
+from advjax.evaluation import format_rate, group_records, paired_robustness
 from advjax.io import atomic_write_json, atomic_write_text, environment, read_records, record_file
 from experiments.cli import hold_output_folder, run_command
 
@@ -51,25 +51,26 @@ def record_path(source: str) -> Path:
 
 def selected_groups(paths: list[Path], models: set[str], attack: str, eps: float) -> dict:
     """Each model's records of `attack` at `eps` (/255), pooled over the record files
-    `paths`; one checkpoint per model name."""
-    groups: dict[str, dict] = {m: {} for m in models}
-    hashes: dict[str, set] = {m: set() for m in models}
+    `paths` (a record in two files counted once); one checkpoint, attack config and threat
+    model per model (`group_records` refuses a mixed group)."""
+    chosen = {}
     for path in paths:
         for r in read_records(path):
-            if r.model in groups and r.attack == attack and abs(255 * r.eps - eps) < 1e-6:
-                hashes[r.model].add(r.model_hash)
-                groups[r.model].setdefault(r.case_id, r)
+            if r.model in models and r.attack == attack and abs(255 * r.eps - eps) < 1e-6:
+                chosen.setdefault((r.key, r.model_hash), r)
     for model in sorted(models):
-        if len(hashes[model]) > 1:
+        hashes = sorted({r.model_hash for r in chosen.values() if r.model == model})
+        if len(hashes) > 1:
             raise ValueError(
-                f"--pair {model}: the --records hold {len(hashes[model])} different "
-                f"checkpoints of it ({sorted(hashes[model])}); pass records of one"
+                f"--pair {model}: the --records hold {len(hashes)} different "
+                f"checkpoints of it ({hashes}); pass records of one"
             )
-        if not groups[model]:
+        if not hashes:
             raise ValueError(
-                f"--pair {model}: no {attack} records at eps {eps:g}/255 in --records {[str(p) for p in paths]}"
+                f"--pair {model}: no {attack} records at eps {eps:g}/255 in --records "
+                f"{[str(p) for p in paths]}"
             )
-    return {m: list(g.values()) for m, g in groups.items()}
+    return {model: group for (model, _, _), group in group_records(chosen.values()).items()}
 
 
 def markdown(result: dict) -> str:
