@@ -155,7 +155,8 @@ def attack_members(
     `start_member[i]` is the first member case i still needs (`len(members)`: decided, never
     attacked); a resumed evaluation passes what its records already hold. A member's
     outcome for a case is final when a run breaks it (reported at once) or after its last
-    run: `on_decided(Decided(...))` receives each such group of positions.
+    run: `on_decided(Decided(...))` receives each such group of positions, batch by batch, so
+    a member interrupted in its last run keeps the batches that run finished.
     Returns host arrays: x_adv, broken_by (-1 none), queries (all members), loss, adv_pred.
     """
     n = len(y)
@@ -178,8 +179,11 @@ def attack_members(
         run = make_run(logits_fn, member, norm=norm, random_model=random_model)
         keys = jax.vmap(jax.random.fold_in, (0, None))(case_keys, member.stream)
         spent = np.zeros(n, np.int64)
+        best_loss[todo] = -np.inf  # a member's record holds its own best point and loss
         shapes = set()
-        for number, (target, restart) in enumerate(member.runs()):
+        runs = member.runs()
+        for number, (target, restart) in enumerate(runs):
+            last = number == len(runs) - 1
             size = _batch_for(len(todo), batch_size, devices, shapes)
             shapes.add(size)
             for part, index in _batches(todo, size):
@@ -196,14 +200,14 @@ def attack_members(
                 broken_by[part[hit]] = m
                 if hit.any():
                     report(Decided(m, part[hit], True, adv_pred, x_adv, best_loss, spent, number))
+                if last and not hit.all():
+                    report(Decided(m, part[~hit], False, adv_pred, x_adv, best_loss, spent, -1))
             todo = todo[broken_by[todo] < 0]
             if on_run is not None:
                 on_run(member, target, restart, len(todo))
             if not len(todo):
                 break
         queries += spent
-        if len(todo):
-            report(Decided(m, todo, False, adv_pred, x_adv, best_loss, spent, -1))
     return {
         "x_adv": x_adv,
         "broken_by": broken_by,

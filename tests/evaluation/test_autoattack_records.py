@@ -94,3 +94,43 @@ def test_records_of_another_model_version_are_refused_naming_both_hashes_and_not
             run_autoattack(log, logits_fn, x, y, EPS, seed=3, model="mlp", batch_size=8, **kwargs)
         assert str(path) in str(info.value) and expected in str(info.value), str(info.value)
         assert path.read_bytes() == before
+
+
+def test_the_last_run_of_a_member_writes_its_robust_cases_batch_by_batch(tmp_path, case):
+    """A member's final 'failed' verdicts arrive after each batch of its last run, not once at
+    its end, so a kill during a long single-run member (Square) keeps the finished batches;
+    the rerun attacks only the cases still undecided and ends with the uninterrupted records."""
+    logits_fn, x, y, members = case
+    last = members[-1].name
+    log = RecordLog(tmp_path / "r.jsonl")
+    appends, real = [], log.append
+
+    def spy(records, **kwargs):
+        appends.append([r for r in records if r.attack == last and r.status == "failed"])
+        return real(records, **kwargs)
+
+    log.append = spy
+    whole = _run(log, case)
+    failed = [batch for batch in appends if batch]
+    assert len(failed) >= 2, "the last member's robust cases must be written per batch"
+    assert all(len(batch) <= 8 for batch in failed)
+    robust = sum(map(len, failed))
+
+    path = tmp_path / "killed.jsonl"
+    killed = RecordLog(path)
+    real_killed = killed.append
+
+    def dying(records, **kwargs):
+        real_killed(records, **kwargs)
+        if any(r.attack == last and r.status == "failed" for r in records):
+            raise Killed
+
+    killed.append = dying
+    with pytest.raises(Killed):
+        _run(killed, case)
+    kept = [r for r in RecordLog(path).read() if r.attack == last and r.status == "failed"]
+    assert kept == failed[0], "the finished batch of the last run survives the kill"
+    left = []
+    resumed = _run(RecordLog(path), case, on_run=lambda member, t, r, n: left.append((member.name, n)))
+    assert resumed == whole
+    assert [n for name, n in left if name == last] == [robust - len(kept)]
