@@ -131,6 +131,8 @@ def test_the_last_run_of_a_member_writes_its_robust_cases_batch_by_batch(tmp_pat
     kept = [r for r in RecordLog(path).read() if r.attack == last and r.status == "failed"]
     assert kept == failed[0], "the finished batch of the last run survives the kill"
     left = []
-    resumed = _run(RecordLog(path), case, on_run=lambda member, t, r, n: left.append((member.name, n)))
+    resumed = _run(
+        RecordLog(path), case, on_run=lambda member, t, r, n: left.append((member.name, n))
+    )
     assert resumed == whole
     assert [n for name, n in left if name == last] == [robust - len(kept)]
