@@ -27,8 +27,9 @@ JUDGE_DRAWS = 20  # a random model's verdict: the mean logits over this many fre
 
 class Decided(NamedTuple):
     """Cases whose outcome under member `member` became final; the arrays are over every
-    case (index them with `positions`): `queries` spent by this member, `run` the index of
-    the breaking run (-1 for cases it left robust)."""
+    case (index them with `positions`): this member's best point `x_adv` and its `loss`
+    (its own, so a resumed evaluation reports what an uninterrupted one does), `queries`
+    spent by this member, `run` the index of the breaking run (-1 for cases it left robust)."""
 
     member: int
     positions: np.ndarray
@@ -167,6 +168,7 @@ def attack_members(
     case_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(n))
     x_adv = np.array(x, np.float32, copy=True)
     best_loss = np.full(n, -np.inf, np.float32)
+    member_x, member_loss = x_adv.copy(), best_loss.copy()
     broken_by = np.full(n, -1, np.int32)
     adv_pred = np.asarray(y).copy()
     queries = np.zeros(n, np.int64)
@@ -179,7 +181,7 @@ def attack_members(
         run = make_run(logits_fn, member, norm=norm, random_model=random_model)
         keys = jax.vmap(jax.random.fold_in, (0, None))(case_keys, member.stream)
         spent = np.zeros(n, np.int64)
-        best_loss[todo] = -np.inf  # a member's record holds its own best point and loss
+        member_loss[todo] = -np.inf
         shapes = set()
         runs = member.runs()
         for number, (target, restart) in enumerate(runs):
@@ -197,11 +199,17 @@ def attack_members(
                 spent[part] += cost
                 take = hit | (loss > best_loss[part])
                 x_adv[part[take]], best_loss[part[take]] = adv[take], loss[take]
+                own = hit | (loss > member_loss[part])
+                member_x[part[own]], member_loss[part[own]] = adv[own], loss[own]
                 broken_by[part[hit]] = m
                 if hit.any():
-                    report(Decided(m, part[hit], True, adv_pred, x_adv, best_loss, spent, number))
+                    report(
+                        Decided(m, part[hit], True, adv_pred, member_x, member_loss, spent, number)
+                    )
                 if last and not hit.all():
-                    report(Decided(m, part[~hit], False, adv_pred, x_adv, best_loss, spent, -1))
+                    report(
+                        Decided(m, part[~hit], False, adv_pred, member_x, member_loss, spent, -1)
+                    )
             todo = todo[broken_by[todo] < 0]
             if on_run is not None:
                 on_run(member, target, restart, len(todo))

@@ -136,3 +136,21 @@ def test_the_last_run_of_a_member_writes_its_robust_cases_batch_by_batch(tmp_pat
     )
     assert resumed == whole
     assert [n for name, n in left if name == last] == [robust - len(kept)]
+
+
+def test_member_records_hold_their_own_loss_and_the_result_the_worst_over_members(tmp_path, case):
+    """Each member's record of a robust case holds the cross-entropy at that member's own best
+    point; `autoattack`'s x_adv for the case is the highest of them (the worst case found)."""
+    logits_fn, x, y, members = case
+    log = RecordLog(tmp_path / "r.jsonl")
+    _run(log, case)
+    pure = autoattack(
+        logits_fn, x, y, EPS, key=jax.random.key(3), members=members, batch_size=8, checks=False
+    )
+    robust = np.flatnonzero(pure.robust)
+    assert len(robust)
+    own = {(r.attack, r.case_id): r.final_loss for r in log.read() if r.status == "failed"}
+    ce = -jax.nn.log_softmax(logits_fn(pure.x_adv))[np.arange(len(y)), y]
+    per_member = np.array([[own[(m.name, int(i))] for m in members] for i in robust])
+    np.testing.assert_allclose(np.asarray(ce)[robust], per_member.max(axis=1), rtol=1e-5)
+    assert (per_member.max(axis=1) > per_member.min(axis=1)).any(), "members differ somewhere"
