@@ -76,6 +76,7 @@ def parse_args(argv):
         "a resumed or repeated run loads the attacks' compiled programs instead of compiling",
     )
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--no-progress", action="store_true", help="no per-batch progress line")
     p.add_argument(
         "--repair-records",
         action="store_true",
@@ -181,7 +182,14 @@ def evaluate(args, argv) -> int:
     from advjax.evaluation._autoattack import eps_zero_check, resolve_members
     from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
     from advjax.evaluation._autoattack_report import cumulative_rows, write_report
-    from advjax.io import RecordLog, atomic_write_json, atomic_write_text, environment, record_file
+    from advjax.io import (
+        Progress,
+        RecordLog,
+        atomic_write_json,
+        atomic_write_text,
+        environment,
+        record_file,
+    )
 
     limit = 1.0 if args.norm == "linf" else float("inf")
     if not 0 <= args.eps <= limit:
@@ -205,10 +213,18 @@ def evaluate(args, argv) -> int:
         print(f"  [{elapsed:6.0f} s] {member.name} target {target} restart {restart}: "
               f"{left} still robust", flush=True)  # fmt: skip
 
+    bars: dict = {}
+
+    def on_batch(member, target, restart, done, total):
+        run = (member.name, target, restart)
+        if run not in bars:
+            bars[run] = Progress(total, f"  {member.name} target {target} restart {restart}")
+        bars[run].update(done - bars[run].count)
+
     run_autoattack(
         log, logits_fn, x, y, args.eps, seed=args.key, model=name, model_hash=digest,
         case_ids=index, norm=args.norm, version=args.version, batch_size=args.batch_size,
-        on_run=on_run,
+        on_run=on_run, on_batch=None if args.no_progress else on_batch,
     )  # fmt: skip
     seconds = time.perf_counter() - started
     records = [r for r in log.read() if r.model == name and r.eps == float(args.eps)]

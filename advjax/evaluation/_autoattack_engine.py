@@ -150,6 +150,7 @@ def attack_members(
     mesh_axis: str = "data",
     on_decided: Callable | None = None,
     on_run: Callable | None = None,
+    on_batch: Callable | None = None,
 ) -> dict:
     """The engine of `autoattack`: run `members` in order on the cases still robust.
 
@@ -158,6 +159,8 @@ def attack_members(
     outcome for a case is final when a run breaks it (reported at once) or after its last
     run: `on_decided(Decided(...))` receives each such group of positions, batch by batch, so
     a member interrupted in its last run keeps the batches that run finished.
+    `on_run(member, target, restart, still_robust)` follows each run and
+    `on_batch(member, target, restart, cases_done, cases_in_run)` each batch (progress).
     Returns host arrays: x_adv, broken_by (-1 none), queries (all members), loss, adv_pred.
     """
     n = len(y)
@@ -188,6 +191,7 @@ def attack_members(
             last = number == len(runs) - 1
             size = _batch_for(len(todo), batch_size, devices, shapes)
             shapes.add(size)
+            done = 0
             for part, index in _batches(todo, size):
                 out = run(
                     place(jnp.asarray(x[index])), place(jnp.asarray(y[index])),
@@ -210,6 +214,9 @@ def attack_members(
                     report(
                         Decided(m, part[~hit], False, adv_pred, member_x, member_loss, spent, -1)
                     )
+                done += len(part)
+                if on_batch is not None:
+                    on_batch(member, target, restart, done, len(todo))
             todo = todo[broken_by[todo] < 0]
             if on_run is not None:
                 on_run(member, target, restart, len(todo))

@@ -95,11 +95,13 @@ def run_autoattack(
     batch_size: int = 256,
     mesh=None,
     on_run=None,
+    on_batch=None,
 ) -> list[CaseRecord]:
     """AutoAttack every case not already decided in `log`; return the derived records.
 
     Case i (position i of x) draws from fold_in(jax.random.key(seed), i), as `autoattack`
-    does, so a resumed run equals an uninterrupted one.
+    does, so a resumed run equals an uninterrupted one. `on_run` and `on_batch` report
+    progress after each run and each batch (see `attack_members`).
 
     Raises:
       ValueError: `log` holds records of `model` made with another model hash, or of a
@@ -162,7 +164,7 @@ def run_autoattack(
     attack_members(
         logits_fn, x, y, eps, key=key, members=members, norm=norm, batch_size=batch_size,
         random_model=random_model, start_member=start, mesh=mesh, on_decided=on_decided,
-        on_run=on_run,
+        on_run=on_run, on_batch=on_batch,
     )  # fmt: skip
     derived = autoattack_records(log.read(), members, model=model, eps=eps, case_ids=ids, norm=norm)
     log.append(derived, skip_existing=True)

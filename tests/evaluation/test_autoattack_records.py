@@ -154,3 +154,23 @@ def test_member_records_hold_their_own_loss_and_the_result_the_worst_over_member
     per_member = np.array([[own[(m.name, int(i))] for m in members] for i in robust])
     np.testing.assert_allclose(np.asarray(ce)[robust], per_member.max(axis=1), rtol=1e-5)
     assert (per_member.max(axis=1) > per_member.min(axis=1)).any(), "members differ somewhere"
+
+
+def test_progress_counts_each_run_s_cases_batch_by_batch_up_to_its_total(tmp_path, case):
+    """`on_batch` rises within a run to the cases the run attacks; `on_run` then reports the
+    cases still robust, never more than the run attacked."""
+    calls, runs = [], []
+    _run(
+        RecordLog(tmp_path / "r.jsonl"), case,
+        on_batch=lambda m, t, r, done, total: calls.append((m.name, t, r, done, total)),
+        on_run=lambda m, t, r, left: runs.append((m.name, t, r, left)),
+    )  # fmt: skip
+    by_run: dict = {}
+    for name, t, r, done, total in calls:
+        by_run.setdefault((name, t, r), []).append((done, total))
+    assert list(by_run) == [run[:3] for run in runs]
+    for (name, t, r, left), counts in zip(runs, by_run.values(), strict=True):
+        done = [d for d, _ in counts]
+        total = {n for _, n in counts}
+        assert len(total) == 1 and done == sorted(done) and done[-1] == total.pop() >= left
+    assert any(len(counts) > 1 for counts in by_run.values()), "several batches per run"

@@ -22,9 +22,11 @@ def test_a_model_factory_is_evaluated_into_records_summary_report_and_gate(tmp_p
     argv = ["--model", MODEL, "--n", "30", "--eps", "8/255", "--out", str(tmp_path / "run"),
             "--name", "linear", "--policy", str(policy)]  # fmt: skip
     code = main(argv)
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert out.startswith("Threat model"), "the threat model is printed first"
     assert "apgd-ce target 0 restart 0" in out
+    assert "  apgd-ce target 0 restart 0: " in captured.err, "per-batch progress on stderr"
     assert code == 0, out
     records = read_records(record_file(tmp_path / "run"))
     derived = [r for r in records if r.attack == "autoattack"]
