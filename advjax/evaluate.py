@@ -13,12 +13,15 @@ at any moment resumes with the same command, without duplicates or lost cases; o
 writes a folder at a time (a second one is refused at once), and `--out DIR --repair-records`
 repairs DIR/records.jsonl.gz (or .jsonl) when it holds a record twice. Exit code: 0 done (gate allows, or
 no policy), 1 the gate holds, 3 it rolls back, 2 bad input (one line; ADVJAX_DEBUG=1 or --debug shows the
-traceback), 130 interrupted.
+traceback), 130 interrupted. Every run, finished or interrupted, adds its attack time to
+DIR/attack_seconds.json, so that the summary gives the whole evaluation's time, not only the last
+resumed run's.
 """
 
 import argparse
 import hashlib
 import importlib
+import json
 import os
 import shlex
 import sys
@@ -34,6 +37,7 @@ DATASETS = ("cifar10",)
 PROG = "advjax.evaluate"
 DEBUG_ENV = "ADVJAX_DEBUG"
 CACHE_ENV = "ADVJAX_COMPILE_CACHE"
+TIME_FILE = "attack_seconds.json"
 
 
 def parse_eps(text: str) -> float:
@@ -205,6 +209,7 @@ def evaluate(args, argv) -> int:
     logits_fn, name, digest = load_logits_fn(args)
     x, y, index, data = load_cases(args)
     out = Path(args.out)
+    untimed = _untimed_earlier_runs(out, record_file(out))
     log = RecordLog(record_file(out))
     started = time.perf_counter()
 
@@ -221,12 +226,18 @@ def evaluate(args, argv) -> int:
             bars[run] = Progress(total, f"  {member.name} target {target} restart {restart}")
         bars[run].update(done - bars[run].count)
 
-    run_autoattack(
-        log, logits_fn, x, y, args.eps, seed=args.key, model=name, model_hash=digest,
-        case_ids=index, norm=args.norm, version=args.version, batch_size=args.batch_size,
-        on_run=on_run, on_batch=None if args.no_progress else on_batch,
-    )  # fmt: skip
-    seconds = time.perf_counter() - started
+    finished = False
+    try:
+        run_autoattack(
+            log, logits_fn, x, y, args.eps, seed=args.key, model=name, model_hash=digest,
+            case_ids=index, norm=args.norm, version=args.version, batch_size=args.batch_size,
+            on_run=on_run, on_batch=None if args.no_progress else on_batch,
+        )  # fmt: skip
+        finished = True
+    finally:
+        seconds = time.perf_counter() - started
+        runs = _add_attack_time(out, seconds, finished=finished, untimed=untimed)
+    total = None if runs["untimed_earlier_runs"] else sum(r["seconds"] for r in runs["runs"])
     records = [r for r in log.read() if r.model == name and r.eps == float(args.eps)]
     groups = aggregate_records(records, num_classes=len(data.class_names))
     random_model = args.version == "rand"
@@ -247,6 +258,8 @@ def evaluate(args, argv) -> int:
             "members": [m.name for m in members],
             "version": args.version,
             "seconds": seconds,
+            "seconds_all_runs": total,
+            "attack_runs": len(runs["runs"]),
             "threat_model_text": tm.describe(),
             "robust_accuracy_after": [
                 {"after": label, **rate} for label, rate in cumulative_rows(groups, members, name)
@@ -269,7 +282,8 @@ def evaluate(args, argv) -> int:
     final = next(g for g in groups if g["attack"] == AUTOATTACK)
     ra = final["robust_accuracy"]
     print(f"{name}: robust accuracy {100 * ra['value']:.1f} % ({ra['count']}/{ra['total']}) "
-          f"under AutoAttack {args.version} at eps {args.eps:.5g} ({args.norm}); {seconds:.0f} s")  # fmt: skip
+          f"under AutoAttack {args.version} at eps {args.eps:.5g} ({args.norm}); "
+          f"{_describe_time(seconds, total, len(runs['runs']))}")  # fmt: skip
     if decision_text:
         print(decision_text.rstrip())
     print(f"wrote {log.path}, {out}/summary.json, report.html")
@@ -278,6 +292,53 @@ def evaluate(args, argv) -> int:
 
 def args_list(argv):
     return list(sys.argv[1:] if argv is None else argv)
+
+
+def _untimed_earlier_runs(out: Path, records: Path) -> bool:
+    """Whether `out` holds records of runs that `TIME_FILE` does not time (it predates it)."""
+    path = out / TIME_FILE
+    if path.is_file():
+        return bool(_read_attack_times(path)["untimed_earlier_runs"])
+    return records.is_file() and records.stat().st_size > 0
+
+
+def _read_attack_times(path: Path) -> dict:
+    try:
+        runs = json.loads(path.read_text())
+        runs["runs"] = [{**r, "seconds": float(r["seconds"])} for r in runs["runs"]]
+        runs["untimed_earlier_runs"] = bool(runs["untimed_earlier_runs"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path} is not an attack-time file ({error}); move it away to time this folder's "
+            "runs afresh"
+        ) from error
+    return runs
+
+
+def _add_attack_time(out: Path, seconds: float, *, finished: bool, untimed: bool) -> dict:
+    """Add one run's attack time to `out`/`TIME_FILE` (atomically; the output lock is held)."""
+    from advjax.io import atomic_write_json
+
+    path = out / TIME_FILE
+    runs = _read_attack_times(path) if path.is_file() else {"runs": []}
+    runs["untimed_earlier_runs"] = untimed
+    runs["runs"].append({
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - seconds)),
+        "seconds": round(seconds, 1),
+        "finished": finished,
+    })  # fmt: skip
+    atomic_write_json(path, runs)
+    return runs
+
+
+def _describe_time(seconds: float, total: float | None, runs: int) -> str:
+    if total is None:
+        return f"{seconds:.0f} s this run (earlier runs untimed)"
+    return (
+        f"{seconds:.0f} s"
+        if runs == 1
+        else f"{seconds:.0f} s this run, {total:.0f} s over {runs} runs"
+    )
 
 
 def _broken_by(records, members, index) -> np.ndarray:

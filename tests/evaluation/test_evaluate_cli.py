@@ -41,6 +41,12 @@ def test_a_model_factory_is_evaluated_into_records_summary_report_and_gate(tmp_p
     before = len(records)
     assert main(argv) == 0
     assert len(read_records(record_file(tmp_path / "run"))) == before, "a rerun adds nothing"
+    first, rerun = summary["extra"], json.loads((tmp_path / "run" / "summary.json").read_text())
+    rerun = rerun["extra"]
+    times = json.loads((tmp_path / "run" / "attack_seconds.json").read_text())
+    assert rerun["attack_runs"] == 2 and [r["finished"] for r in times["runs"]] == [True, True]
+    assert first["seconds_all_runs"] == pytest.approx(first["seconds"], abs=0.1)
+    assert rerun["seconds_all_runs"] == pytest.approx(first["seconds"] + rerun["seconds"], abs=0.2)
 
 
 @pytest.mark.slow
@@ -96,3 +102,45 @@ def test_a_second_run_with_the_compile_cache_compiles_nothing_new_and_gives_the_
     assert len(entries) >= 4, "one program per member at least"
     assert run("second") == first
     assert sorted(p.name for p in cache.iterdir()) == entries
+
+
+@needs_data
+def test_an_interrupted_run_keeps_its_attack_time_for_the_whole_evaluations_total(
+    tmp_path, capsys, monkeypatch
+):
+    """Ctrl-C during the attacks exits 130 and still adds the run's time to
+    attack_seconds.json, marked unfinished, so a resumed run's summary can give the total."""
+    import advjax.evaluation
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(advjax.evaluation, "run_autoattack", interrupted)
+    argv = ["--model", MODEL, "--n", "10", "--out", str(tmp_path / "run")]
+    assert main(argv) == 130 and main(argv) == 130
+    assert "running the same command again resumes" in capsys.readouterr().err
+    times = json.loads((tmp_path / "run" / "attack_seconds.json").read_text())
+    assert [r["finished"] for r in times["runs"]] == [False, False]
+    assert times["untimed_earlier_runs"] is False and all(r["seconds"] >= 0 for r in times["runs"])
+
+
+def test_runs_before_the_time_file_leave_the_total_unknown_and_a_corrupt_file_is_named(tmp_path):
+    """Records without attack_seconds.json mean earlier runs went untimed: the total is
+    unknown (never the last run's time passed off as the whole); a corrupt file is an error
+    that names it."""
+    from advjax.evaluate import TIME_FILE, _add_attack_time, _untimed_earlier_runs
+
+    records = tmp_path / "records.jsonl.gz"
+    assert not _untimed_earlier_runs(tmp_path, records)
+    records.write_bytes(b"x")
+    assert _untimed_earlier_runs(tmp_path, records)
+    runs = _add_attack_time(tmp_path, 2.0, finished=True, untimed=True)
+    assert _untimed_earlier_runs(tmp_path, records), "the file keeps saying so"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    _add_attack_time(fresh, 1.5, finished=False, untimed=False)
+    runs = _add_attack_time(fresh, 2.5, finished=True, untimed=False)
+    assert [r["seconds"] for r in runs["runs"]] == [1.5, 2.5]
+    (fresh / TIME_FILE).write_text('{"runs": 3}')
+    with pytest.raises(ValueError, match="attack_seconds.json is not an attack-time file"):
+        _untimed_earlier_runs(fresh, fresh / "records.jsonl.gz")
