@@ -209,8 +209,9 @@ def evaluate(args, argv) -> int:
     logits_fn, name, digest = load_logits_fn(args)
     x, y, index, data = load_cases(args)
     out = Path(args.out)
-    untimed = _untimed_earlier_runs(out, record_file(out))
     log = RecordLog(record_file(out))
+    run_key = {"model": name, "eps": float(args.eps), "norm": args.norm, "version": args.version}
+    untimed = _untimed_records(out, log, run_key)
     started = time.perf_counter()
 
     def on_run(member, target, restart, left):
@@ -236,8 +237,8 @@ def evaluate(args, argv) -> int:
         finished = True
     finally:
         seconds = time.perf_counter() - started
-        runs = _add_attack_time(out, seconds, finished=finished, untimed=untimed)
-    total = None if runs["untimed_earlier_runs"] else sum(r["seconds"] for r in runs["runs"])
+        runs = _add_attack_time(out, run_key, seconds, finished=finished, untimed=untimed)
+    total = None if runs[0]["untimed_records_before"] else sum(r["seconds"] for r in runs)
     records = [r for r in log.read() if r.model == name and r.eps == float(args.eps)]
     groups = aggregate_records(records, num_classes=len(data.class_names))
     random_model = args.version == "rand"
@@ -259,7 +260,7 @@ def evaluate(args, argv) -> int:
             "version": args.version,
             "seconds": seconds,
             "seconds_all_runs": total,
-            "attack_runs": len(runs["runs"]),
+            "attack_runs": len(runs),
             "threat_model_text": tm.describe(),
             "robust_accuracy_after": [
                 {"after": label, **rate} for label, rate in cumulative_rows(groups, members, name)
@@ -283,7 +284,7 @@ def evaluate(args, argv) -> int:
     ra = final["robust_accuracy"]
     print(f"{name}: robust accuracy {100 * ra['value']:.1f} % ({ra['count']}/{ra['total']}) "
           f"under AutoAttack {args.version} at eps {args.eps:.5g} ({args.norm}); "
-          f"{_describe_time(seconds, total, len(runs['runs']))}")  # fmt: skip
+          f"{_describe_time(seconds, total, len(runs))}")  # fmt: skip
     if decision_text:
         print(decision_text.rstrip())
     print(f"wrote {log.path}, {out}/summary.json, report.html")
@@ -294,41 +295,48 @@ def args_list(argv):
     return list(sys.argv[1:] if argv is None else argv)
 
 
-def _untimed_earlier_runs(out: Path, records: Path) -> bool:
-    """Whether `out` holds records of runs that `TIME_FILE` does not time (it predates it)."""
-    path = out / TIME_FILE
-    if path.is_file():
-        return bool(_read_attack_times(path)["untimed_earlier_runs"])
-    return records.is_file() and records.stat().st_size > 0
+def _untimed_records(out: Path, log, run_key: dict) -> bool:
+    """Whether `out` holds records of this evaluation (`run_key`: model, eps, norm, version)
+    from runs that `TIME_FILE` did not time (made before the folder was timed)."""
+    if _runs_of(_read_attack_times(out / TIME_FILE), run_key):
+        return False
+    return any(r.model == run_key["model"] and r.eps == run_key["eps"] for r in log.read())
 
 
-def _read_attack_times(path: Path) -> dict:
+def _read_attack_times(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
     try:
-        runs = json.loads(path.read_text())
-        runs["runs"] = [{**r, "seconds": float(r["seconds"])} for r in runs["runs"]]
-        runs["untimed_earlier_runs"] = bool(runs["untimed_earlier_runs"])
+        runs = json.loads(path.read_text())["runs"]
+        return [{**r, "seconds": float(r["seconds"]), "eps": float(r["eps"])} for r in runs]
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(
-            f"{path} is not an attack-time file ({error}); move it away to time this folder's "
-            "runs afresh"
+            f"{path} is not an attack-time file ({error!r}); move it away to time this "
+            "folder's runs afresh"
         ) from error
-    return runs
 
 
-def _add_attack_time(out: Path, seconds: float, *, finished: bool, untimed: bool) -> dict:
-    """Add one run's attack time to `out`/`TIME_FILE` (atomically; the output lock is held)."""
+def _runs_of(runs: list[dict], run_key: dict) -> list[dict]:
+    return [r for r in runs if all(r.get(k) == v for k, v in run_key.items())]
+
+
+def _add_attack_time(
+    out: Path, run_key: dict, seconds: float, *, finished: bool, untimed: bool
+) -> list[dict]:
+    """Add one run's attack time to `out`/`TIME_FILE` (atomically; the output lock is held)
+    and return this evaluation's runs, oldest first."""
     from advjax.io import atomic_write_json
 
-    path = out / TIME_FILE
-    runs = _read_attack_times(path) if path.is_file() else {"runs": []}
-    runs["untimed_earlier_runs"] = untimed
-    runs["runs"].append({
+    runs = _read_attack_times(out / TIME_FILE)
+    runs.append({
+        **run_key,
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - seconds)),
         "seconds": round(seconds, 1),
         "finished": finished,
+        "untimed_records_before": untimed,
     })  # fmt: skip
-    atomic_write_json(path, runs)
-    return runs
+    atomic_write_json(out / TIME_FILE, {"runs": runs})
+    return _runs_of(runs, run_key)
 
 
 def _describe_time(seconds: float, total: float | None, runs: int) -> str:

@@ -119,28 +119,38 @@ def test_an_interrupted_run_keeps_its_attack_time_for_the_whole_evaluations_tota
     argv = ["--model", MODEL, "--n", "10", "--out", str(tmp_path / "run")]
     assert main(argv) == 130 and main(argv) == 130
     assert "running the same command again resumes" in capsys.readouterr().err
-    times = json.loads((tmp_path / "run" / "attack_seconds.json").read_text())
-    assert [r["finished"] for r in times["runs"]] == [False, False]
-    assert times["untimed_earlier_runs"] is False and all(r["seconds"] >= 0 for r in times["runs"])
+    runs = json.loads((tmp_path / "run" / "attack_seconds.json").read_text())["runs"]
+    assert [(r["finished"], r["untimed_records_before"]) for r in runs] == [(False, False)] * 2
+    assert all(r["seconds"] >= 0 and r["model"] == "linear_logits_fn" for r in runs)
 
 
 def test_runs_before_the_time_file_leave_the_total_unknown_and_a_corrupt_file_is_named(tmp_path):
-    """Records without attack_seconds.json mean earlier runs went untimed: the total is
-    unknown (never the last run's time passed off as the whole); a corrupt file is an error
-    that names it."""
-    from advjax.evaluate import TIME_FILE, _add_attack_time, _untimed_earlier_runs
+    """Records of an evaluation that attack_seconds.json does not time mean earlier runs went
+    untimed: its total is unknown (never the last run's time passed off as the whole), and stays
+    so; another evaluation in the same folder (another eps) is timed on its own; a corrupt file
+    is an error that names it."""
+    from advjax.evaluate import TIME_FILE, _add_attack_time, _untimed_records
 
-    records = tmp_path / "records.jsonl.gz"
-    assert not _untimed_earlier_runs(tmp_path, records)
-    records.write_bytes(b"x")
-    assert _untimed_earlier_runs(tmp_path, records)
-    runs = _add_attack_time(tmp_path, 2.0, finished=True, untimed=True)
-    assert _untimed_earlier_runs(tmp_path, records), "the file keeps saying so"
-    fresh = tmp_path / "fresh"
-    fresh.mkdir()
-    _add_attack_time(fresh, 1.5, finished=False, untimed=False)
-    runs = _add_attack_time(fresh, 2.5, finished=True, untimed=False)
-    assert [r["seconds"] for r in runs["runs"]] == [1.5, 2.5]
-    (fresh / TIME_FILE).write_text('{"runs": 3}')
+    class Log:
+        def __init__(self, *eps):
+            self.records = [type("Record", (), {"model": "m", "eps": e})() for e in eps]
+
+        def read(self):
+            return self.records
+
+    key = {"model": "m", "eps": 8 / 255, "norm": "linf", "version": "standard"}
+    other = {**key, "eps": 4 / 255}
+    assert not _untimed_records(tmp_path, Log(), key)
+    assert not _untimed_records(tmp_path, Log(4 / 255), key), "another eps's records"
+    assert _untimed_records(tmp_path, Log(8 / 255), key)
+    runs = _add_attack_time(tmp_path, key, 2.0, finished=True, untimed=True)
+    assert [r["untimed_records_before"] for r in runs] == [True]
+    assert not _untimed_records(tmp_path, Log(8 / 255), key), "timed from here on"
+    runs = _add_attack_time(tmp_path, key, 3.0, finished=True, untimed=False)
+    assert runs[0]["untimed_records_before"], "the first run still says the total is unknown"
+    _add_attack_time(tmp_path, other, 1.5, finished=False, untimed=False)
+    runs = _add_attack_time(tmp_path, other, 2.5, finished=True, untimed=False)
+    assert [r["seconds"] for r in runs] == [1.5, 2.5] and not runs[0]["untimed_records_before"]
+    (tmp_path / TIME_FILE).write_text('{"runs": 3}')
     with pytest.raises(ValueError, match="attack_seconds.json is not an attack-time file"):
-        _untimed_earlier_runs(fresh, fresh / "records.jsonl.gz")
+        _untimed_records(tmp_path, Log(), key)
