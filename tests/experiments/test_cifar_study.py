@@ -493,6 +493,8 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
     assert set(policy["models"]) <= names and policy["rollback_below"]["baseline_model"] in names
     capacity, _ = load_policy(Path(study.__file__).parent / "capacity_policy.json")
     assert set(capacity["models"]) == {CAPACITY_SHORT.name, CAPACITY_SHORT_WIDE.name}
+    wide, _ = load_policy(Path(study.__file__).parent / "wide_policy.json")
+    assert wide["models"] == [PGD_SILU_SCRATCH_WIDE.name] and wide["require_sanity"]
     assert config.model_digest(PGD_CONTINUE_NODROP) == "c4cba2af72b5b945"
 
 
