@@ -37,6 +37,7 @@ from advjax.attacks._losses import (
 )
 from advjax.attacks._norms import ascent_direction, per_example, random_start
 from advjax.attacks._pgd import _loss_and_grad, restart_keys
+from advjax.backend import fast_path
 from advjax.types import Array, ArrayLike, LogitsFn
 
 __all__ = ["APGDResult", "apgd", "apgd_targeted", "per_example_dlr", "per_example_targeted_dlr"]
@@ -227,6 +228,7 @@ def _prepare(x, y, eps, key, *, steps, norm, restarts, first_restart, rho, alpha
 
 def _run(logits_fn, loss_fn, x, y, eps, keys, **options) -> APGDResult:
     """All restarts under `jax.vmap`, then the per-example choice of `pgd_search`."""
+    logits_fn = fast_path(logits_fn)
     kept = jax.vmap(lambda k: _apgd_single_restart(logits_fn, loss_fn, x, y, eps, k, **options))(
         keys
     )
@@ -287,6 +289,7 @@ def apgd(
     Reference: Croce & Hein, "Reliable evaluation of adversarial robustness with an
     ensemble of diverse parameter-free attacks", ICML 2020.
     """
+    logits_fn = fast_path(logits_fn)
     if loss not in _LOSS_FNS:
         raise ValueError(f"loss={loss!r} must be one of {tuple(_LOSS_FNS)}")
     options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
@@ -314,6 +317,7 @@ def apgd_with_loss(
 ) -> APGDResult:
     """APGD on any per-example loss `loss_fn(logits, y)` to maximise (e.g. a targeted DLR
     whose targets are traced), with the rules and arguments of `apgd`."""
+    logits_fn = fast_path(logits_fn)
     options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
     x, y, eps, keys = _prepare(x, y, eps, key, restarts=restarts, first_restart=0, **options)
     check_labels(logits_fn, x, y)
@@ -349,6 +353,7 @@ def apgd_targeted(
     Example:
       >>> result = apgd_targeted(logits_fn, x, y, 8 / 255, key=key, target_ranks=range(2, 11))
     """
+    logits_fn = fast_path(logits_fn)
     target_ranks = tuple(target_ranks)
     if not target_ranks:
         raise ValueError("target_ranks must name at least one rank (2 = runner-up class)")

@@ -23,6 +23,7 @@ from jax import lax
 
 from advjax.attacks._checks import check_finite_logits
 from advjax.attacks._fab_projection import projection_l2, projection_linf
+from advjax.backend import fast_path
 from advjax.types import LogitsFn
 
 _NORMS = ("linf", "l2")
@@ -239,6 +240,7 @@ def fab(
       Croce & Hein, ICML 2020, https://arxiv.org/abs/1907.02044;
       https://github.com/fra31/auto-attack (fab_base.py, fab_projections.py).
     """
+    logits_fn = fast_path(logits_fn)
     if norm not in _NORMS:
         raise ValueError(f"norm={norm!r} must be one of {_NORMS}")
     x, y = jnp.asarray(x), jnp.asarray(y)

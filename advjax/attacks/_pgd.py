@@ -30,6 +30,7 @@ from advjax.attacks._losses import (
     attack_success,
     per_example_cross_entropy,
 )
+from advjax.backend import fast_path
 from advjax.types import Array, ArrayLike, LogitsFn
 
 
@@ -85,6 +86,7 @@ def fgsm(
     Reference: Goodfellow, Shlens & Szegedy, "Explaining and Harnessing Adversarial
     Examples", ICLR 2015.
     """
+    logits_fn = fast_path(logits_fn)
     check_budget(eps, norm)
     x, y = _check_inputs(x, y)
     check_labels(logits_fn, x, y)
@@ -192,6 +194,7 @@ def pgd_steps(
     can stop spending steps on examples that are already broken (their outcome is final).
     `y` holds the targets when `targeted`.
     """
+    logits_fn = fast_path(logits_fn)
     loss_fn = attack_loss(loss, targeted)
 
     def body(i, state: PGDState) -> PGDState:
@@ -215,6 +218,7 @@ def pgd_finish(
     targeted: bool = False,
 ) -> PGDState:
     """Evaluate and track the last iterate, reached after `steps` steps."""
+    logits_fn = fast_path(logits_fn)
     logits = logits_fn(state.x_adv)
     losses = attack_loss(loss, targeted)(logits, y)
     return _track(state, steps, losses, attack_success(logits, y, targeted))
@@ -266,6 +270,7 @@ def pgd_search(
     restarts from there (their keys, see `restart_keys`), to run them one at a time. With
     a `target`, "broken" means predicted as the target.
     """
+    logits_fn = fast_path(logits_fn)
     check_budget(eps, norm)
     _check_positive_int("steps", steps)
     _check_positive_int("restarts", restarts)
@@ -364,6 +369,7 @@ def pgd(
     Reference: Madry et al., "Towards Deep Learning Models Resistant to Adversarial
     Attacks", ICLR 2018.
     """
+    logits_fn = fast_path(logits_fn)
     return pgd_search(
         logits_fn,
         x,

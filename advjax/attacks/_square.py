@@ -29,6 +29,7 @@ from advjax.attacks._checks import (
     check_labels,
 )
 from advjax.attacks._pgd import _project
+from advjax.backend import fast_path
 from advjax.types import Array, ArrayLike, LogitsFn
 
 # The reference schedule, written for a budget of 10,000 queries: p is p_init up to
@@ -198,6 +199,7 @@ def random_search(
     margin loss decreases. Example i draws from `keys[i]` alone: the start on one half of
     `split(keys[i])`, iteration t on `fold_in(other half, t)`.
     """
+    logits_fn = fast_path(logits_fn)
     init_keys, loop_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
 
     def cond(state: _SquareState) -> Array:
@@ -279,6 +281,7 @@ def square_linf(
     Reference: Andriushchenko, Croce, Flammarion & Hein, "Square Attack: a query-efficient
     black-box adversarial attack via random search", ECCV 2020.
     """
+    logits_fn = fast_path(logits_fn)
     check_eps(eps)
     x, y, eps, keys = checked_search_inputs(logits_fn, x, y, eps, key, queries, p_init)
     height, width = x.shape[1:3]
