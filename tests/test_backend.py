@@ -86,3 +86,29 @@ def test_importing_advjax_sets_nothing_and_starts_no_backend():
         "print(os.environ.get('XLA_FLAGS', ''), xla_bridge.backends_are_initialized())"
     )
     assert _flags_in_fresh_process({}, code) == "False"
+
+
+ATTACK_TWICE = (
+    "import warnings, jax, jax.numpy as jnp, advjax{configure}\n"
+    "warnings.simplefilter('always')\n"
+    "w = jnp.ones((12, 3)) * 0.1\n"
+    "f = lambda x: x.reshape(x.shape[0], -1) @ w\n"
+    "x = jnp.full((2, 2, 2, 3), 0.5); y = jnp.array([0, 1])\n"
+    "with warnings.catch_warnings(record=True) as caught:\n"
+    "    warnings.simplefilter('always')\n"
+    "    advjax.fgsm(f, x, y, 0.03); advjax.pgd(f, x, y, 0.03, key=jax.random.key(0), steps=2)\n"
+    "print(sum('without advjax' in str(c.message) for c in caught))"
+)
+
+
+@pytest.mark.skipif(
+    jaxlib.__version__ not in backend.MEASURED_JAXLIB, reason="flags not measured on this jaxlib"
+)
+def test_attacks_warn_once_when_the_flags_are_missing():
+    """Two attacks in a process that never called configure(): one warning naming the call;
+    none after configure(), none with ADVJAX_XLA_DEFAULTS=0 (XLA's defaults on purpose)."""
+    unconfigured = ATTACK_TWICE.format(configure="")
+    configured = ATTACK_TWICE.format(configure="; advjax.backend.configure()")
+    assert _flags_in_fresh_process({}, unconfigured) == "1"
+    assert _flags_in_fresh_process({}, configured) == "0"
+    assert _flags_in_fresh_process({backend.OPT_OUT_VARIABLE: "0"}, unconfigured) == "0"

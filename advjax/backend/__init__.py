@@ -9,10 +9,12 @@ from advjax.backend._fast_path import FAST_PATH_VARIABLE, fast_path, fast_path_e
 from advjax.backend._flags import (
     CPU_FLAGS,
     MEASURED_JAXLIB,
+    MEASURED_SLOWDOWN,
     OPT_OUT_VARIABLE,
     applied,
     configure,
     flags_to_add,
+    warn_if_unconfigured,
 )
 
 __all__ = [
@@ -24,5 +26,7 @@ __all__ = [
     "fast_path_enabled",
     "flags_to_add",
     "MEASURED_JAXLIB",
+    "MEASURED_SLOWDOWN",
     "OPT_OUT_VARIABLE",
+    "warn_if_unconfigured",
 ]

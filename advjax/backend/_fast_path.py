@@ -42,6 +42,8 @@ from jax.custom_derivatives import SymbolicZero
 from jax.extend import core
 from jax.extend.core import primitives as prims
 
+from advjax.backend._flags import warn_if_unconfigured
+
 FAST_PATH_VARIABLE = "ADVJAX_FAST_PATH"
 
 _WRAPPED = "__advjax_fast_path__"
@@ -59,11 +61,13 @@ def fast_path(fn: Callable[..., Any]) -> Callable[..., Any]:
     docstring for the precise sense). It traces `fn` on every call (under `jit`, once per
     compilation). Arguments that are not arrays are passed through as static values.
     Returns `fn` itself when the rewrite is off (another backend, or `ADVJAX_FAST_PATH=0`) or
-    when `fn` is already rewritten. Works under `jit`, `vmap`, `grad` and `jvp`.
+    when `fn` is already rewritten. Works under `jit`, `vmap`, `grad` and `jvp`. On a CPU
+    without advjax's XLA flags it warns once (see `warn_if_unconfigured`).
 
     Example:
       >>> logits_fn = fast_path(lambda x: model.apply(params, x))
     """
+    warn_if_unconfigured()
     if getattr(fn, _WRAPPED, False) or not fast_path_enabled():
         return fn
 
