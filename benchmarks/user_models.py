@@ -260,3 +260,47 @@ def torch_layout(arch: str, weights: dict[str, np.ndarray]) -> dict[str, np.ndar
         else:
             out[name] = value
     return out
+
+
+def plain_compact_cnn(variables: dict, activation: str = "relu"):
+    """A trained `advjax.model.CompactCNN` written again as a user's port would be: plain
+    `lax.conv_general_dilated`, batch norm as arithmetic on the running statistics,
+    `lax.reduce_window` max pooling; no advjax layer, no custom derivative."""
+    from advjax.model import CIFAR10_MEAN, CIFAR10_STD
+
+    params, stats = variables["params"], variables["batch_stats"]
+    act = {"relu": jax.nn.relu, "silu": jax.nn.silu}[activation]
+    blocks = sorted((k for k in params if k.startswith("ConvBNReLU_")), key=lambda k: int(k[11:]))
+    layers = []
+    for name in blocks:
+        bn, st = params[name]["BatchNorm_0"], stats[name]["BatchNorm_0"]
+        layers.append(
+            (
+                jnp.asarray(params[name]["Conv3x3_0"]["kernel"]),
+                jnp.asarray(st["mean"]),
+                jnp.asarray(bn["scale"]) * lax.rsqrt(jnp.asarray(st["var"]) + 1e-5),
+                jnp.asarray(bn["bias"]),
+            )
+        )
+    dense = [
+        (jnp.asarray(params[d]["kernel"]), jnp.asarray(params[d]["bias"]))
+        for d in ("Dense_0", "Dense_1")
+    ]
+    mean, std = jnp.asarray(CIFAR10_MEAN), jnp.asarray(CIFAR10_STD)
+
+    def pool(x):
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+    def logits_fn(x):
+        x = (x - mean) / std
+        for i, (kernel, m, scale, bias) in enumerate(layers):
+            x = lax.conv_general_dilated(
+                x, kernel, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+            )
+            x = act((x - m) * scale + bias)
+            if i in (1, 3, 4):
+                x = pool(x)
+        x = act(x.reshape(x.shape[0], -1) @ dense[0][0] + dense[0][1])
+        return x @ dense[1][0] + dense[1][1]
+
+    return logits_fn

@@ -2,16 +2,47 @@
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import jaxlib
 import pytest
+
+from advjax.backend import MEASURED_JAXLIB
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 
 
-def test_the_attack_example_runs_on_a_plain_jnp_model():
-    exec(compile(BLOCKS[0], "README.md", "exec"), {})  # noqa: S102
+CHECK_ATTACK_EXAMPLE = """
+import os
+import numpy as np
+from advjax.backend import CPU_FLAGS
+print(all(flag in os.environ.get("XLA_FLAGS", "") for flag in CPU_FLAGS))
+for adv in (x_fgsm, x_pgd, apgd_t.x_adv):
+    delta = np.abs(np.asarray(adv) - np.asarray(x))
+    print(bool(delta.max() <= 8 / 255 + 1e-6), bool((np.asarray(adv) >= 0).all() and (np.asarray(adv) <= 1).all()))
+"""
+
+
+def test_the_attack_example_runs_fast_as_written():
+    """Copied into a fresh interpreter as a user would, the library example starts JAX with
+    advjax's CPU flags (no slow-path warning) and its attacks stay in the eps-ball and [0, 1]."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "ADVJAX_XLA_DEFAULTS")}
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKS[0] + CHECK_ATTACK_EXAMPLE],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    lines = done.stdout.strip().splitlines()
+    if jaxlib.__version__ in MEASURED_JAXLIB:
+        assert lines[-4] == "True", done.stdout
+    assert lines[-3:] == ["True True"] * 3, done.stdout
+    assert "advjax:" not in done.stderr, done.stderr
 
 
 @pytest.mark.slow
