@@ -19,6 +19,19 @@ import torch
 import torch.nn as nn
 
 
+def peak_rss_mib() -> float:
+    """This process's own peak resident memory (VmHWM). Not `ru_maxrss`: Linux carries that
+    over `execve`, so a subprocess of a large parent would report the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def build(peer_dir: str, weights: dict, activation: str) -> nn.Module:
     sys.path.insert(0, peer_dir)
     from torch_reference import Net  # the peer's CNN: the same layers as advjax's CompactCNN
@@ -102,7 +115,7 @@ def main() -> None:
         "max_logit_difference": gap,
         "members": rows,
         "robust": robust.numpy().astype(int).tolist(),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": peak_rss_mib(),
     }
     with open(a.out, "w") as f:
         json.dump(result, f)

@@ -11,7 +11,6 @@ import argparse
 import json
 import logging
 import re
-import resource
 import sys
 import time
 
@@ -45,7 +44,7 @@ def main() -> None:
     a = p.parse_args()
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from pyautoattack import AutoAttack
-    from torch_autoattack import read_inputs
+    from torch_autoattack import peak_rss_mib, read_inputs
 
     torch.set_num_threads(a.threads)
     model, x, y, extra = read_inputs(a.peer_dir, a.inputs)
@@ -73,7 +72,7 @@ def main() -> None:
         "members": rows,
         "robust": robust.numpy().astype(int).tolist(),
         "max_logit_difference": float(np.abs(logits - extra["logits"]).max()),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": peak_rss_mib(),
     }
     with open(a.out, "w") as f:
         json.dump(result, f)

@@ -118,3 +118,14 @@ def test_render_reports_rates_and_ratios():
     }
     row = render(report).strip().splitlines()[-1]
     assert row == "| plain_cnn | 100.0 | 10.0 | 25.0 | 50.0 | 2.00x | 10.0x | 1.0e-06 |"
+
+
+def test_readme_snippet_is_the_readme_block_with_or_without_configure():
+    """The benchmarked code is the README's first block; the second variant differs from it
+    by the configure() line alone."""
+    from benchmarks.readme_snippet import CONFIGURE_LINE, snippet
+
+    written, skipped = snippet(True), snippet(False)
+    (line,) = CONFIGURE_LINE.findall(written)
+    assert written.replace(line, "", 1) == skipped
+    assert "configure()" not in skipped
