@@ -64,6 +64,11 @@ def resnet_weights(seed: int = 0) -> dict[str, np.ndarray]:
     return weights
 
 
+def _channels(v):
+    """A per-channel vector shaped to broadcast over NHWC (or (batch, features)) explicitly."""
+    return lambda y: y + jnp.reshape(v, (1,) * (y.ndim - 1) + (-1,))
+
+
 def nchw_flatten_rows(fc: np.ndarray, height: int, width: int, channels: int) -> np.ndarray:
     """fc's rows reordered from NHWC-flatten (h, w, c) to NCHW-flatten (c, h, w) order."""
     rows = fc.reshape(height, width, channels, -1)
@@ -81,7 +86,7 @@ def plain_cnn(weights: dict[str, np.ndarray]):
         y = lax.conv_general_dilated(
             x, w[f"conv{i}"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
         )
-        return jax.nn.relu(y + w[f"conv{i}_b"])
+        return jax.nn.relu(_channels(w[f"conv{i}_b"])(y))
 
     def pool(x):
         return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
@@ -89,8 +94,8 @@ def plain_cnn(weights: dict[str, np.ndarray]):
     def logits_fn(x):
         x = pool(conv(conv(x, 0), 1))
         x = pool(conv(conv(x, 2), 3))
-        x = jax.nn.relu(x.reshape(x.shape[0], -1) @ w["fc0"] + w["fc0_b"])
-        return x @ w["fc1"] + w["fc1_b"]
+        x = jax.nn.relu(_channels(w["fc0_b"])(x.reshape(x.shape[0], -1) @ w["fc0"]))
+        return _channels(w["fc1_b"])(x @ w["fc1"])
 
     return logits_fn
 
@@ -139,11 +144,11 @@ def nnx_cnn(weights: dict[str, np.ndarray]):
 
     model = CNN(nnx.Rngs(0))
     for i, conv in enumerate(model.convs):
-        conv.kernel.value = jnp.asarray(weights[f"conv{i}"])
-        conv.bias.value = jnp.asarray(weights[f"conv{i}_b"])
+        conv.kernel[...] = jnp.asarray(weights[f"conv{i}"])
+        conv.bias[...] = jnp.asarray(weights[f"conv{i}_b"])
     for name in ("fc0", "fc1"):
-        getattr(model, name).kernel.value = jnp.asarray(weights[name])
-        getattr(model, name).bias.value = jnp.asarray(weights[f"{name}_b"])
+        getattr(model, name).kernel[...] = jnp.asarray(weights[name])
+        getattr(model, name).bias[...] = jnp.asarray(weights[f"{name}_b"])
     return lambda x: model(x)
 
 
@@ -286,7 +291,8 @@ def plain_compact_cnn(variables: dict, activation: str = "relu"):
         (jnp.asarray(params[d]["kernel"]), jnp.asarray(params[d]["bias"]))
         for d in ("Dense_0", "Dense_1")
     ]
-    mean, std = jnp.asarray(CIFAR10_MEAN), jnp.asarray(CIFAR10_STD)
+    mean = jnp.asarray(CIFAR10_MEAN).reshape(1, 1, 1, 3)
+    std = jnp.asarray(CIFAR10_STD).reshape(1, 1, 1, 3)
 
     def pool(x):
         return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
@@ -297,10 +303,10 @@ def plain_compact_cnn(variables: dict, activation: str = "relu"):
             x = lax.conv_general_dilated(
                 x, kernel, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
             )
-            x = act((x - m) * scale + bias)
+            x = act(_channels(bias)(_channels(-m)(x) * scale.reshape(1, 1, 1, -1)))
             if i in (1, 3, 4):
                 x = pool(x)
-        x = act(x.reshape(x.shape[0], -1) @ dense[0][0] + dense[0][1])
-        return x @ dense[1][0] + dense[1][1]
+        x = act(_channels(dense[0][1])(x.reshape(x.shape[0], -1) @ dense[0][0]))
+        return _channels(dense[1][1])(x @ dense[1][0])
 
     return logits_fn

@@ -36,7 +36,7 @@ def test_resnet_matches_a_direct_lax_transcription():
     def conv(x, name, stride=1):
         dims = ("NHWC", "HWIO", "NHWC")
         y = lax.conv_general_dilated(x, w[name], (stride, stride), "SAME", dimension_numbers=dims)
-        return y + w[f"{name}_b"]
+        return y + w[f"{name}_b"].reshape(1, 1, 1, -1)
 
     def reference(x):
         x = jax.nn.relu(conv(x, "stem"))
@@ -44,7 +44,7 @@ def test_resnet_matches_a_direct_lax_transcription():
             stride = 1 if b == 0 else 2
             y = conv(jax.nn.relu(conv(x, f"b{b}_conv0", stride)), f"b{b}_conv1")
             x = jax.nn.relu((x if b == 0 else conv(x, f"b{b}_proj", stride)) + y)
-        return x.mean(axis=(1, 2)) @ w["head"] + w["head_b"]
+        return x.mean(axis=(1, 2)) @ w["head"] + w["head_b"][None, :]
 
     x = _images()
     chex.assert_trees_all_close(
@@ -60,7 +60,9 @@ def test_nchw_flatten_rows_is_the_transposed_flatten():
     fc = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2 * 3 * 4, 5)
     moved = user_models.nchw_flatten_rows(fc, 2, 3, 4)
     x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)  # h, w, c
-    np.testing.assert_allclose(x.reshape(-1) @ fc, x.transpose(2, 0, 1).reshape(-1) @ moved)
+    np.testing.assert_allclose(
+        x.reshape(-1) @ fc, x.transpose(2, 0, 1).reshape(-1) @ moved, rtol=1e-5
+    )
 
 
 def test_torch_layout_transposes_kernels_and_linear_weights():
