@@ -15,7 +15,6 @@ evaluations, to `<out>/any_model_autoattack.{json,md}`. Run it on an otherwise i
 """
 
 import argparse
-import json
 import resource
 import sys
 from pathlib import Path
@@ -45,19 +44,14 @@ def main(argv=None) -> dict:
 
     import jax
 
-    from advjax.data import load_cifar10
     from advjax.evaluation import format_rate, rate, resolve_members
     from advjax.io import atomic_write_json, atomic_write_text, environment, load_checkpoint
     from advjax.model import eval_logits_fn
-    from advjax.train import to_float
-    from benchmarks.autoattack_peer import full_budget, run_advjax, run_torch_script
+    from benchmarks.autoattack_peer import full_budget, run_advjax, run_torch_script, study_images
     from benchmarks.machine import load_average
     from benchmarks.user_models import plain_compact_cnn
 
-    study = json.loads((Path(args.study) / "results.json").read_text())
-    index = np.asarray(study["data"]["eval_indices"])[: args.n]
-    data = load_cifar10(args.data_dir)
-    x, y = np.asarray(to_float(data.test_images[index])), data.test_labels[index]
+    x, y = study_images(args.study, args.n, args.data_dir)
     model, variables = load_checkpoint(args.checkpoint)
     plain = plain_compact_cnn(variables, model.activation)
     batches = range(0, len(y), 250)

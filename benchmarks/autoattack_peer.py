@@ -81,6 +81,17 @@ def run_torch_script(
         return json.loads(output.read_text())
 
 
+def study_images(study_dir, n: int, data_dir=None) -> tuple[np.ndarray, np.ndarray]:
+    """The first n of a study's stratified evaluation cases: float NHWC images, labels."""
+    from advjax.data import load_cifar10
+    from advjax.train import to_float
+
+    study = json.loads((Path(study_dir) / "results.json").read_text())
+    index = np.asarray(study["data"]["eval_indices"])[:n]
+    data = load_cifar10(data_dir)
+    return np.asarray(to_float(data.test_images[index])), data.test_labels[index]
+
+
 def run_peer(torch_python: str, model, variables, x, y, logits, *, threads: int) -> dict:
     """torchattacks' standard members (`torch_autoattack.py`, in its own environment) on
     `variables` exported to the peer's `Net`, on NHWC images `x`; its JSON result."""
@@ -165,16 +176,11 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     p.add_argument("--data-dir", default=None)
     args = p.parse_args(argv)
-    from advjax.data import load_cifar10
     from advjax.evaluation import format_rate, rate, resolve_members
     from advjax.io import atomic_write_json, atomic_write_text, environment, load_checkpoint
     from advjax.model import eval_logits_fn
-    from advjax.train import to_float
 
-    study = json.loads((Path(args.study) / "results.json").read_text())
-    index = np.asarray(study["data"]["eval_indices"])[: args.n]
-    data = load_cifar10(args.data_dir)
-    x, y = np.asarray(to_float(data.test_images[index])), data.test_labels[index]
+    x, y = study_images(args.study, args.n, args.data_dir)
     model, variables = load_checkpoint(Path(args.study) / "checkpoints" / f"{args.model}.msgpack")
     logits_fn = eval_logits_fn(model, variables)
     logits = np.concatenate(
