@@ -22,6 +22,7 @@ is stored with every run's environment.
 """
 
 import os
+import sys
 import warnings
 from collections.abc import Mapping, MutableMapping
 
@@ -107,6 +108,15 @@ def warn_if_unconfigured(environ: Mapping[str, str] = os.environ) -> bool:
         f"about {MEASURED_SLOWDOWN}x slower (PGD-20 on the study's CNN). Call "
         "advjax.backend.configure() first thing, before any JAX computation, or set "
         f"{OPT_OUT_VARIABLE}=0 to keep XLA's defaults and silence this.",
-        stacklevel=3,
+        stacklevel=_first_caller_outside_advjax(),
     )
     return True
+
+
+def _first_caller_outside_advjax() -> int:
+    """The `stacklevel` of the innermost frame outside the advjax package (the user's call)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
