@@ -289,7 +289,6 @@ def apgd(
     Reference: Croce & Hein, "Reliable evaluation of adversarial robustness with an
     ensemble of diverse parameter-free attacks", ICML 2020.
     """
-    logits_fn = fast_path(logits_fn)
     if loss not in _LOSS_FNS:
         raise ValueError(f"loss={loss!r} must be one of {tuple(_LOSS_FNS)}")
     options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
@@ -317,7 +316,6 @@ def apgd_with_loss(
 ) -> APGDResult:
     """APGD on any per-example loss `loss_fn(logits, y)` to maximise (e.g. a targeted DLR
     whose targets are traced), with the rules and arguments of `apgd`."""
-    logits_fn = fast_path(logits_fn)
     options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
     x, y, eps, keys = _prepare(x, y, eps, key, restarts=restarts, first_restart=0, **options)
     check_labels(logits_fn, x, y)
@@ -353,7 +351,6 @@ def apgd_targeted(
     Example:
       >>> result = apgd_targeted(logits_fn, x, y, 8 / 255, key=key, target_ranks=range(2, 11))
     """
-    logits_fn = fast_path(logits_fn)
     target_ranks = tuple(target_ranks)
     if not target_ranks:
         raise ValueError("target_ranks must name at least one rank (2 = runner-up class)")

@@ -240,7 +240,6 @@ def fab(
       Croce & Hein, ICML 2020, https://arxiv.org/abs/1907.02044;
       https://github.com/fra31/auto-attack (fab_base.py, fab_projections.py).
     """
-    logits_fn = fast_path(logits_fn)
     if norm not in _NORMS:
         raise ValueError(f"norm={norm!r} must be one of {_NORMS}")
     x, y = jnp.asarray(x), jnp.asarray(y)
@@ -285,6 +284,7 @@ def fab(
             f"y must lie in [0, {n_classes}), got values in [{int(jnp.min(y))}, {int(jnp.max(y))}]"
         )
     check_finite_logits(logits_fn, x)
+    logits_fn = fast_path(logits_fn)
     keys = _example_keys(key, batch)
 
     eps = jnp.broadcast_to(eps.astype(x.dtype), (batch,))

@@ -86,12 +86,11 @@ def fgsm(
     Reference: Goodfellow, Shlens & Szegedy, "Explaining and Harnessing Adversarial
     Examples", ICLR 2015.
     """
-    logits_fn = fast_path(logits_fn)
     check_budget(eps, norm)
     x, y = _check_inputs(x, y)
     check_labels(logits_fn, x, y)
     eps = jnp.asarray(eps, x.dtype)
-    losses, _, grad = _loss_and_grad(logits_fn, x, y)
+    losses, _, grad = _loss_and_grad(fast_path(logits_fn), x, y)
     if _is_concrete(losses) and not bool(jnp.all(jnp.isfinite(losses))):
         raise ValueError("logits_fn returned NaN or infinite logits on the clean inputs x")
     chex.assert_equal_shape((grad, x))
@@ -270,7 +269,6 @@ def pgd_search(
     restarts from there (their keys, see `restart_keys`), to run them one at a time. With
     a `target`, "broken" means predicted as the target.
     """
-    logits_fn = fast_path(logits_fn)
     check_budget(eps, norm)
     _check_positive_int("steps", steps)
     _check_positive_int("restarts", restarts)
@@ -369,7 +367,6 @@ def pgd(
     Reference: Madry et al., "Towards Deep Learning Models Resistant to Adversarial
     Attacks", ICLR 2018.
     """
-    logits_fn = fast_path(logits_fn)
     return pgd_search(
         logits_fn,
         x,

@@ -281,7 +281,6 @@ def square_linf(
     Reference: Andriushchenko, Croce, Flammarion & Hein, "Square Attack: a query-efficient
     black-box adversarial attack via random search", ECCV 2020.
     """
-    logits_fn = fast_path(logits_fn)
     check_eps(eps)
     x, y, eps, keys = checked_search_inputs(logits_fn, x, y, eps, key, queries, p_init)
     height, width = x.shape[1:3]

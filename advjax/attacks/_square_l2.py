@@ -27,7 +27,6 @@ from advjax.attacks._square import (
     p_schedule,
     random_search,
 )
-from advjax.backend import fast_path
 from advjax.types import Array, ArrayLike, LogitsFn
 
 _TINY = 1e-12  # the reference's guard against division by a zero norm
@@ -200,7 +199,6 @@ def square_l2(
     Reference: Andriushchenko, Croce, Flammarion & Hein, "Square Attack: a query-efficient
     black-box adversarial attack via random search", ECCV 2020.
     """
-    logits_fn = fast_path(logits_fn)
     check_budget(eps, "l2")
     x, y, eps, keys = checked_search_inputs(logits_fn, x, y, eps, key, queries, p_init)
     height, width = x.shape[1:3]
