@@ -116,7 +116,7 @@ def _eval_jaxpr(jaxpr: core.Jaxpr, consts, args) -> list:
     for eqn in jaxpr.eqns:
         invals = [read(v) for v in eqn.invars]
         rule = _RULES.get(eqn.primitive)
-        out = rule(invals, eqn.params) if rule is not None else None
+        out = rule(eqn.primitive, invals, eqn.params) if rule is not None else None
         if out is None:
             params = _rewrite_params(eqn.primitive, eqn.params)
             out = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(params))
@@ -175,12 +175,12 @@ def _rewrite_closed(closed: core.ClosedJaxpr) -> core.ClosedJaxpr:
     """The same closed jaxpr, rewritten; cached per object so that a jitted sub-function
     keeps one rewritten jaxpr (and one compilation) across calls."""
     cached = _closed_cache.get(closed)
-    if cached is None:
-        if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
-            return _trace(closed.jaxpr, closed.consts, closed.in_avals)
-        cached = _trace(closed.jaxpr, closed.consts, closed.in_avals)
-        _closed_cache[closed] = cached
-    return cached
+    if cached is not None:
+        return cached
+    rewritten = _trace(closed.jaxpr, closed.consts, closed.in_avals)
+    if not any(isinstance(c, jax.core.Tracer) for c in closed.consts):
+        _closed_cache[closed] = rewritten
+    return rewritten
 
 
 def _rewrite_open(jaxpr: core.Jaxpr) -> core.Jaxpr:
@@ -209,17 +209,18 @@ def _to_canonical(spec: tuple[int, ...], rhs: bool) -> tuple[int, ...]:
     return (spec[0],) + tuple(spec[2:]) + (spec[1],)
 
 
-def _conv_rule(invals, params):
+def _conv_rule(primitive, invals, params):
     if params["batch_group_count"] != 1 or len(invals[0].shape) < 3:
         return None
     fn = _cached(_conv_fn, params)
     return None if fn is None else fn(*invals)
 
 
-def _cached(factory, params: dict):
-    """`factory`'s function for these primitive parameters (None if they are unhashable)."""
+def _cached(factory, params: dict, *args):
+    """`factory(*args, params)`'s function for these primitive parameters (None if they are
+    unhashable)."""
     try:
-        return factory(tuple(sorted(params.items(), key=lambda item: item[0])))
+        return factory(*args, tuple(sorted(params.items(), key=lambda item: item[0])))
     except TypeError:
         return None
 
@@ -286,27 +287,25 @@ def _conv_fn(frozen: tuple) -> Callable[[jax.Array, jax.Array], jax.Array]:
 # Max and min pooling.
 
 
-def _pool_rule(invals, params):
+def _pool_rule(primitive, invals, params):
     (x,) = invals
     if not jnp.issubdtype(x.dtype, jnp.floating) or any(d != 1 for d in params["base_dilation"]):
         return None
-    fn = _cached(_pool_fn, params)
+    fn = _cached(_pool_fn, params, primitive)
     return None if fn is None else fn(x)
 
 
 @functools.lru_cache(maxsize=512)
-def _pool_fn(frozen: tuple) -> Callable[[jax.Array], jax.Array]:
+def _pool_fn(primitive, frozen: tuple) -> Callable[[jax.Array], jax.Array]:
     params = dict(frozen)
-    primitive = params.pop("primitive")
     window = params["window_dimensions"]
     strides = params["window_strides"]
     padding = params["padding"]
     dilation = params["window_dilation"]
-    call_params = dict(params)
     fill = -jnp.inf if primitive is prims.reduce_window_max_p else jnp.inf
 
     def forward(x):
-        return primitive.bind(x, **call_params)
+        return primitive.bind(x, **params)
 
     def windows(a, out_shape, value):
         """Each window offset's strided view of `a` (padded with `value`), row-major."""
@@ -335,15 +334,8 @@ def _pool_fn(frozen: tuple) -> Callable[[jax.Array], jax.Array]:
     return pool
 
 
-def _pool_rule_for(primitive):
-    def rule(invals, params):
-        return _pool_rule(invals, {**params, "primitive": primitive})
-
-    return rule
-
-
 _RULES = {
     prims.conv_general_dilated_p: _conv_rule,
-    prims.reduce_window_max_p: _pool_rule_for(prims.reduce_window_max_p),
-    prims.reduce_window_min_p: _pool_rule_for(prims.reduce_window_min_p),
+    prims.reduce_window_max_p: _pool_rule,
+    prims.reduce_window_min_p: _pool_rule,
 }
