@@ -1,31 +1,25 @@
-"""End-to-end study wall time at two git revisions, back to back on one machine.
+"""The main job from scratch, timed: `python -m benchmarks.end_to_end`.
 
-`python -m benchmarks.end_to_end --before 300ca2f --after HEAD`
+Runs the CIFAR-10 study (`python -m experiments.cifar_robustness --no-progress --out
+WORK/run`, plus `--study-args`) in this process on a new, empty output folder, so every
+model is trained and every attack run; right before and right after it, in the same
+process, the training-step benchmark (`benchmarks.run`'s `train` and `fgsm_at` rows: the
+same jitted step, batch 128, on synthetic images) and the float32 matmul speed.
 
-Checks each revision out into a temporary git worktree and runs its study from there
-(`python -m experiments.cifar_robustness --no-progress --out <dir>` plus the side's
-arguments; the worktree's own `advjax` is imported, with the interpreter of this
-process), one after the other, timing the whole process. Each side's output folder gets
-`e2e_wall.json` (revision, command, wall seconds, load averages); the report pairs the
-study's own phase timings (`results.json` `timings_seconds`: training and attack phases)
-side by side and writes `benchmarks/results/end_to_end.{json,md}`.
-
-The study at revision 300ca2f (the "before" default) trained three models and attacked them with FGSM
-and PGD-20 at 4 eps; the current study also runs budget curves, a transfer attack from a
-surrogate it trains, a large-eps probe and replay checks. To compare the same models,
-`--after-args` defaults to `--models standard fgsm_reference fgsm_matched`; the training
-phases are then the same work, and the table says which attack work differs.
-
-`--report-only` rebuilds the report from output folders that already hold `e2e_wall.json`;
-`--only-after` runs the after side alone and pairs it with the before side of the report
-already in `--out` (the same machine; its revision and numbers as they were measured).
+Writes `benchmarks/results/end_to_end.{json,md}`: the wall time against the goal (20 min),
+the phase table (data, each model's training, each model's attacks by attack, everything
+else), each training's throughput over its epochs (validation and compilation included)
+against the step benchmark's, and each model's clean and PGD accuracies against the
+95 % intervals of the committed results (`--compare`, default `results/results.json`, copied
+into WORK when the run starts). `--report-only` rebuilds the report from a finished WORK folder.
 """
 
 import argparse
 import json
 import os
 import shlex
-import subprocess
+import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -35,185 +29,226 @@ from advjax import backend
 from benchmarks.machine import describe_machine, load_average
 from benchmarks.report import write_atomic
 
-REPO = str(Path(__file__).resolve().parents[1])
+REPO = Path(__file__).resolve().parents[1]
 WALL_FILE = "e2e_wall.json"
-DEFAULT_AFTER_ARGS = "--models standard fgsm_reference fgsm_matched"
+COMPARED_FILE = "compared_results.json"
+"""A copy of `--compare` taken when the run starts (the committed results it is compared with
+may be replaced by the run's own afterwards)."""
+GOAL_MINUTES = 20.0
+TRAINING_SHARE_GOAL = 0.90
+STEP_ROWS = {"standard": "train", "fgsm": "fgsm_at"}
+"""The step benchmark's row for each training mode the default profile uses."""
 
 
-def run_side(repo: str, revision: str, out: Path, extra: list[str]) -> dict:
-    """Run the study of `revision` from a fresh worktree into `out`; store and return timing."""
-    with tempfile.TemporaryDirectory(prefix="advjax-e2e-") as tmp:
-        tree = Path(tmp) / "tree"
-        subprocess.run(
-            ["git", "-C", repo, "worktree", "add", "--detach", str(tree), revision],
-            check=True,
-            capture_output=True,
-        )
-        try:
-            sha = subprocess.run(
-                ["git", "-C", str(tree), "rev-parse", "HEAD"],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            command = [sys.executable, "-m", "experiments.cifar_robustness", "--no-progress"]
-            command += ["--out", str(out), *extra]
-            load_start = load_average()
-            start = time.perf_counter()
-            with open(out.with_suffix(".log"), "w") as log:
-                done = subprocess.run(command, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
-            wall = time.perf_counter() - start
-        finally:
-            subprocess.run(
-                ["git", "-C", repo, "worktree", "remove", "--force", str(tree)],
-                capture_output=True,
-            )
-    if done.returncode != 0:
-        raise SystemExit(f"{revision}: the study exited with {done.returncode}; see {out}.log")
-    record = {
-        "revision": sha,
-        "command": shlex.join(command),
-        "wall_seconds": wall,
-        "load_average_start": load_start,
-        "load_average_end": load_average(),
-        "matmul_gflops": machine_speed(),
-    }
-    write_atomic(out / WALL_FILE, json.dumps(record, indent=2))
-    return record
+def step_benchmark(reps: int = 6) -> dict:
+    """Images per second of the training-step rows, median over `reps` timed repetitions."""
+    from benchmarks.config import PROFILES, WORKLOADS
+    from benchmarks.jax_workloads import build_workload
+
+    config = PROFILES["full"]
+    out = {}
+    for spec in WORKLOADS:
+        if spec.key not in STEP_ROWS.values():
+            continue
+        workload = build_workload(spec, config)
+        workload.first_call()
+        times = [workload.rep() for _ in range(reps)]
+        out[spec.key] = workload.images_per_rep / statistics.median(times)
+        print(f"[e2e] step benchmark {spec.key}: {out[spec.key]:,.0f} img/s", flush=True)
+    return out
 
 
 def machine_speed() -> float:
-    """This machine's float32 matmul speed right after a side's run (median GFLOP/s of a
-    2048^2 `jnp.dot`): the same 2 cores are not always equally fast from day to day, so a
-    side's wall time is read beside it."""
+    """Median GFLOP/s of a 2048^2 float32 `jnp.dot`: the same 2 cores are not equally fast
+    from day to day, so the wall time is read beside it."""
     from benchmarks.jax_workloads import matmul_peak
 
     return matmul_peak(2048, 10)["gflops_median"]
 
 
-def read_side(out: Path) -> dict:
-    """A finished side: its wall record and its study's phase timings and models."""
-    wall_path, results_path = out / WALL_FILE, out / "results.json"
-    for path in (wall_path, results_path):
+def run_study(run: Path, study_args: list[str]) -> dict:
+    """The study into the empty folder `run`, in this process; its timing record."""
+    from experiments.cifar_robustness.main import main as study_main
+
+    if run.exists() and any(run.iterdir()):
+        raise SystemExit(f"{run} is not empty: the benchmark runs the study from scratch")
+    argv = ["--no-progress", "--out", str(run), *study_args]
+    record = {
+        "command": "python -m experiments.cifar_robustness " + shlex.join(argv),
+        "load_average_start": load_average(),
+        "matmul_gflops_before": machine_speed(),
+        "step_benchmark_before": step_benchmark(),
+    }
+    start = time.perf_counter()
+    study_main(argv)
+    record["wall_seconds"] = time.perf_counter() - start
+    record["load_average_end"] = load_average()
+    record["step_benchmark_after"] = step_benchmark()
+    record["matmul_gflops_after"] = machine_speed()
+    write_atomic(str(run / WALL_FILE), json.dumps(record, indent=2))
+    return record
+
+
+def training_rows(results: dict, steps: dict) -> list[dict]:
+    """Per model: images per second over its whole training (every epoch's seconds, with
+    validation and the first epoch's compilation) against the step benchmark's row."""
+    rows = []
+    for name, m in results["models"].items():
+        history = m["training"]["history"]
+        batch = m["spec"].get("batch_size") or results["config"]["batch_size"]
+        images = (m["training"]["train_size"] // batch) * batch * len(history)
+        seconds = sum(e["seconds"] for e in history)
+        row_key = STEP_ROWS.get(m["spec"]["mode"])
+        bench = steps.get(row_key)
+        study = images / seconds
+        rows.append(
+            {
+                "model": name,
+                "mode": m["spec"]["mode"],
+                "epochs": len(history),
+                "images": images,
+                "epoch_seconds": seconds,
+                "phase_seconds": m["training"]["seconds"],
+                "study_images_per_second": study,
+                "step_row": row_key,
+                "step_images_per_second": bench,
+                "share": study / bench if bench else None,
+            }
+        )
+    return rows
+
+
+def accuracy_rows(results: dict, committed: dict | None) -> list[dict]:
+    """Each model's clean and PGD robust accuracies beside the committed ones' 95 % intervals."""
+    if committed is None:
+        return []
+    rows = []
+    for name, m in results["models"].items():
+        theirs = committed["models"].get(name)
+        if theirs is None:
+            continue
+        pairs = [("clean", m["clean_accuracy"], theirs["clean_accuracy"])]
+        for eps, a in m["attacks"]["pgd"].items():
+            if eps != "0" and eps in theirs["attacks"]["pgd"]:
+                b = theirs["attacks"]["pgd"][eps]["robust_accuracy"]
+                pairs.append((f"PGD-20 {eps}/255", a["robust_accuracy"], b))
+        for what, new, old in pairs:
+            low, high = old["ci95"]
+            rows.append(
+                {
+                    "model": name,
+                    "what": what,
+                    "value": new["value"],
+                    "committed": old["value"],
+                    "committed_ci95": [low, high],
+                    "inside": low <= new["value"] <= high,
+                }
+            )
+    return rows
+
+
+def phase_rows(results: dict, attack_seconds: dict, wall: float) -> list[tuple[str, float]]:
+    """(phase, seconds): data, each training, each model's attacks by attack, the rest."""
+    timings = results["timings_seconds"]
+    rows = [("load data", timings["load_data"])]
+    rows += [(f"train {k[6:]}", v) for k, v in timings.items() if k.startswith("train_")]
+    for model, per_attack in attack_seconds.items():
+        rows += [(f"attack {model}: {a}", s) for a, s in per_attack.items()]
+    rows.append(("everything else", wall - sum(s for _, s in rows)))
+    return rows
+
+
+def build_report(work: Path, compare: str | None, command: str) -> dict:
+    run = work / "run"
+    for path in (run / WALL_FILE, run / "results.json"):
         if not path.exists():
-            raise SystemExit(f"{path} is missing: run that side first")
-    results = json.loads(results_path.read_text())
-    attacks = out / "attack_seconds.json"
-    return json.loads(wall_path.read_text()) | {
-        "attack_seconds": json.loads(attacks.read_text()) if attacks.exists() else None,
-        "budget_restarts": results.get("config", {}).get("budget_restarts"),
-        "timings_seconds": results["timings_seconds"],
-        "models": sorted(results["models"]),
-        "environment_xla_flags": results.get("environment", {}).get("xla_flags_set_by_advjax")
-        or results.get("environment", {}).get("xla_flags"),
+            raise SystemExit(f"{path} is missing: run the benchmark without --report-only first")
+    record = json.loads((run / WALL_FILE).read_text())
+    results = json.loads((run / "results.json").read_text())
+    attack_seconds = json.loads((run / "attack_seconds.json").read_text())
+    before, after = record["step_benchmark_before"], record["step_benchmark_after"]
+    steps = {k: (before[k] + after[k]) / 2 for k in before}
+    kept = work / COMPARED_FILE
+    committed = json.loads(kept.read_text()) if kept.exists() else None
+    return {
+        "command": command,
+        "machine": describe_machine(str(REPO)),
+        "run": record,
+        "revision": results["environment"].get("git_revision"),
+        "xla_flags": results["environment"].get("xla_flags_set_by_advjax"),
+        "minutes": record["wall_seconds"] / 60,
+        "goal_minutes": GOAL_MINUTES,
+        "phases": phase_rows(results, attack_seconds, record["wall_seconds"]),
+        "step_benchmark": steps,
+        "training": training_rows(results, steps),
+        "accuracy": accuracy_rows(results, committed),
+        "compared_with": compare if committed else None,
+        "gate": results["gate"]["verdict"],
+        "checks": [len([c for c in results["checks"] if c["passed"]]), len(results["checks"])],
     }
 
 
-def _seconds(t: float | None) -> str:
-    return f"{t:,.0f}" if t is not None else "not run"
-
-
-def _phase_rows(before: dict, after: dict) -> list[str]:
-    """Each timed phase, then the rest of the wall time (start-up, summary, checks, gate,
-    tables, figures and report; on a side that did not time its surrogate, that too)."""
-    b, a = before["timings_seconds"], after["timings_seconds"]
-    rows = []
-    for phase in [p for p in b if p in a] + [p for p in a if p not in b]:
-        tb, ta = b.get(phase), a.get(phase)
-        ratio = f"{tb / ta:.2f}x" if tb and ta else ""
-        rows.append(f"| {phase} | {_seconds(tb)} | {_seconds(ta)} | {ratio} |")
-    rb, ra = (s["wall_seconds"] - sum(s["timings_seconds"].values()) for s in (before, after))
-    rows.append(
-        f"| everything else | {_seconds(rb)} | {_seconds(ra)} | "
-        f"{f'{rb / ra:.2f}x' if rb and ra else ''} |"
-    )
-    rows.append(
-        f"| **wall** | **{_seconds(before['wall_seconds'])}** | "
-        f"**{_seconds(after['wall_seconds'])}** | "
-        f"**{before['wall_seconds'] / after['wall_seconds']:.2f}x** |"
-    )
-    return rows
-
-
-def _same_attack_rows(before: dict, after: dict, attacks=("fgsm", "pgd")) -> list[str]:
-    """Per model: the before side's whole attack phase (it ran only `attacks`) against the
-    after side's time in those attacks alone (from its `attack_seconds.json`)."""
-    if before.get("attack_seconds") is not None or not after.get("attack_seconds"):
-        return []
-    rows = []
-    for model, per_attack in after["attack_seconds"].items():
-        tb = before["timings_seconds"].get(f"attack_{model}")
-        if tb is None or not all(a in per_attack for a in attacks):
-            continue
-        ta = sum(per_attack[a] for a in attacks)
-        rows.append(f"| {model}: {' + '.join(attacks)} | {tb:,.0f} | {ta:,.0f} | {tb / ta:.2f}x |")
-    return rows
-
-
 def markdown(report: dict) -> str:
-    before, after = report["before"], report["after"]
-    train = [p for p in before["timings_seconds"] if p.startswith("train_")]
-    tb = sum(before["timings_seconds"][p] for p in train)
-    ta = sum(after["timings_seconds"].get(p, float("nan")) for p in train)
+    run, machine = report["run"], report["machine"]
+    minutes = report["minutes"]
+    verdict = "within" if minutes <= report["goal_minutes"] else "over"
     lines = [
-        "# End-to-end study wall time, before and after",
+        "# The main job from scratch",
         "",
-        f"`{report['command']}` · machine: {report['machine']['cpu_model']}, "
-        f"{report['machine']['usable_cores']} usable cores",
+        f"`{report['command']}` · {machine['cpu_model']}, {machine['usable_cores']} usable "
+        f"cores · revision `{(report['revision'] or '?')[:10]}` · advjax's XLA flags: "
+        f"{' '.join(report['xla_flags'] or []) or 'none'}",
         "",
-        "| side | revision | models | wall (s) | load average at start / end | "
-        "float32 matmul GFLOP/s after the run | XLA_FLAGS in effect |",
-        "|---|---|---|---|---|---|---|",
+        f"`{run['command']}` on an empty folder: **{minutes:.1f} min** "
+        f"({run['wall_seconds']:,.0f} s), {verdict} the {report['goal_minutes']:.0f}-minute goal. "
+        f"Load average at the start {run['load_average_start']}, at the end "
+        f"{run['load_average_end']} (the study itself keeps both cores busy; nothing else ran). "
+        f"float32 matmul (2048^2) {run['matmul_gflops_before']:.0f} GFLOP/s before, "
+        f"{run['matmul_gflops_after']:.0f} after. Checks {report['checks'][0]} of "
+        f"{report['checks'][1]} passed; gate {report['gate']}.",
+        "",
+        "| phase | seconds | share |",
+        "|---|---|---|",
     ]
-    for name, side in (("before", before), ("after", after)):
-        speed = side.get("matmul_gflops")
-        lines.append(
-            f"| {name} | `{side['revision'][:10]}` | {', '.join(side['models'])} | "
-            f"{side['wall_seconds']:,.0f} | {side['load_average_start']} / "
-            f"{side['load_average_end']} | {f'{speed:.0f}' if speed else 'not measured'} | "
-            f"{side['environment_xla_flags'] or 'none'} |"
-        )
-    speeds = [s.get("matmul_gflops") for s in (before, after)]
-    if not all(speeds):
-        lines.append(
-            "\nOne side's machine speed was not measured: if the two sides ran on different "
-            "days, their ratios mix the code's speed with the machine's."
-        )
-    for name, side in (("before", before), ("after", after)):
-        lines.append(
-            f"\n{name}: `{side['command']}`"
-            + (f" (timed by {side['timed_by']})" if side.get("timed_by") else "")
-        )
+    wall = run["wall_seconds"]
+    lines += [f"| {p} | {s:,.0f} | {100 * s / wall:.0f} % |" for p, s in report["phases"]]
+    lines += [f"| **wall** | **{wall:,.0f}** | |", ""]
     lines += [
+        "Training throughput: every epoch of the study (validation and the first epoch's "
+        "compilation included) against the training-step benchmark (`benchmarks.run`'s row, "
+        "the same step on synthetic images, mean of its runs right before and right after the "
+        f"study, in this process); goal {100 * TRAINING_SHARE_GOAL:.0f} %.",
         "",
-        "Phases as the study timed them (seconds; ratio = before / after, above 1: faster now):",
-        "",
-        "| phase | before | after | speed-up |",
-        "|---|---|---|---|",
-        *_phase_rows(before, after),
-        "",
-        f"Training the same models with the same data, epochs and batch size: {tb:,.0f} s before, "
-        f"{ta:,.0f} s after ({tb / ta:.2f}x). The attack phases differ in work: before, FGSM and "
-        "PGD-20 at 4 eps; after, the same plus a 64/255 probe, budget curves (100 steps x "
-        f"{after.get('budget_restarts') or 10} restarts at 2 budget eps, early-stopped), a "
-        "transfer attack and replay checks; the after side also trains a transfer surrogate"
-        + (
-            " (`train_surrogate`)."
-            if "train_surrogate" in after["timings_seconds"]
-            else " (inside its wall time, not a phase above)."
-        ),
+        "| model | mode | epochs | images | epoch seconds | study img/s | step benchmark "
+        "img/s | share |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    same = _same_attack_rows(before, after)
-    if same:
+    for r in report["training"]:
+        bench = r["step_images_per_second"]
+        bench_text = f"{bench:,.0f} ({r['step_row']})" if bench else ""
+        share_text = f"{100 * r['share']:.0f} %" if r["share"] else ""
+        lines.append(
+            f"| {r['model']} | {r['mode']} | {r['epochs']} | {r['images']:,} | "
+            f"{r['epoch_seconds']:,.0f} | {r['study_images_per_second']:,.0f} | "
+            f"{bench_text} | {share_text} |"
+        )
+    if report["accuracy"]:
+        inside = sum(r["inside"] for r in report["accuracy"])
         lines += [
             "",
-            "The same attacks only (before: its whole attack phase, FGSM and PGD-20 at 0, 2, 4 "
-            "and 8/255; after: its FGSM and PGD-20 time, which also covers PGD-20 at 64/255):",
+            f"Accuracies against the committed run (`{report['compared_with']}`): "
+            f"{inside} of {len(report['accuracy'])} inside its 95 % interval.",
             "",
-            "| model: attacks | before | after | speed-up |",
-            "|---|---|---|---|",
-            *same,
+            "| model | accuracy | this run | committed | committed 95 % CI | inside |",
+            "|---|---|---|---|---|---|",
         ]
+        for r in report["accuracy"]:
+            low, high = r["committed_ci95"]
+            lines.append(
+                f"| {r['model']} | {r['what']} | {100 * r['value']:.1f} % | "
+                f"{100 * r['committed']:.1f} % | {100 * low:.1f}-{100 * high:.1f} % | "
+                f"{'yes' if r['inside'] else '**no**'} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -222,48 +257,26 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument(
-        "--before", default="300ca2f", help="git revision (default: 300ca2f, the three-model study)"
-    )
-    p.add_argument("--after", default="HEAD")
-    p.add_argument("--before-args", default="", help="extra study arguments, one string")
-    p.add_argument("--after-args", default=DEFAULT_AFTER_ARGS)
     p.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "advjax-e2e"))
-    p.add_argument("--report-only", action="store_true", help="report runs already in --work")
-    p.add_argument(
-        "--only-after",
-        action="store_true",
-        help="run the after side alone; the before side is the one in --out's end_to_end.json",
-    )
-    p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results"))
+    p.add_argument("--study-args", default="", help="extra study arguments, one string")
+    p.add_argument("--compare", default=str(REPO / "results" / "results.json"))
+    p.add_argument("--report-only", action="store_true", help="report the run already in --work")
+    p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = p.parse_args(argv)
     work = Path(args.work)
-    sides = {
-        "before": (args.before, shlex.split(args.before_args)),
-        "after": (args.after, shlex.split(args.after_args)),
-    }
-    out = Path(args.out)
-    kept_before = None
-    if args.only_after:
-        kept_before = json.loads((out / "end_to_end.json").read_text())["before"]
-        sides.pop("before")
     if not args.report_only:
         work.mkdir(parents=True, exist_ok=True)
-        for name, (revision, extra) in sides.items():
-            print(f"[e2e] {name}: {revision} {shlex.join(extra)}", flush=True)
-            record = run_side(REPO, revision, work / name, extra)
-            print(f"[e2e] {name}: {record['wall_seconds']:,.0f} s", flush=True)
-    machine = describe_machine(REPO)
-    report = {
-        "command": "python -m benchmarks.end_to_end " + shlex.join(argv or sys.argv[1:]),
-        "machine": machine,
-        "before": kept_before or read_side(work / "before"),
-        "after": read_side(work / "after"),
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "end_to_end.json", json.dumps(report, indent=2))
+        if args.compare and Path(args.compare).exists():
+            shutil.copyfile(args.compare, work / COMPARED_FILE)
+        run_study(work / "run", shlex.split(args.study_args))
+    command = "python -m benchmarks.end_to_end " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
+    report = build_report(work, args.compare, command)
+    out = Path(args.out)
+    write_atomic(str(out / "end_to_end.json"), json.dumps(report, indent=2))
     text = markdown(report)
-    write_atomic(out / "end_to_end.md", text)
+    write_atomic(str(out / "end_to_end.md"), text)
     print(text)
     return report
 

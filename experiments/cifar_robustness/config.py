@@ -19,12 +19,25 @@ from experiments.cifar_robustness.model_specs import (
     check_positive,
 )
 
-DEFAULT_BUDGET_RESTARTS = 5
-"""Restarts of the budget attack (100 steps each). Over the budget curves of the study's 12
-models at 10 restarts, restarts 6-10 broke at most 2 cases per curve (10 over the 24 curves);
-halving the restarts halves the budget curves, the main job's largest phase. The research
-profile keeps 10 (`RESEARCH_BUDGET_RESTARTS`), as its results were made."""
+DEFAULT_BUDGET_RESTARTS = 2
+DEFAULT_BUDGET_CASES = 500
+"""The default's budget curves: 100 PGD steps x 2 restarts on 500 of the 1,000 evaluation
+cases (50 per class), sized so that the main job's budget-curve phases together take about
+3 minutes. Over the budget curves of the study's 12 models at 10 restarts on 1,000 cases,
+restarts 6-10 broke at most 2 cases per curve and restarts 2-5 at most 5. The research
+profiles keep 10 restarts on every case (`RESEARCH_BUDGET_RESTARTS`), as their results
+were made."""
 RESEARCH_BUDGET_RESTARTS = 10
+
+DEFAULT_TRANSFER_SOURCES = (
+    ("standard", "fgsm_matched"),
+    ("fgsm_reference", "standard"),
+    ("fgsm_matched", "standard"),
+)
+"""(model, source) pairs of the default's transfer check: each model is attacked with PGD
+inputs crafted on another model of the same run, trained independently (the standard CNN
+for the FGSM-trained models, FGSM-AT matched for the standard CNN). A transfer attack
+stronger than white-box PGD means masked gradients."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +65,10 @@ class StudyConfig:
     budget_steps: int = 100
     budget_restarts: int = DEFAULT_BUDGET_RESTARTS
     budget_batch_size: int = 100
+    budget_cases: int | None = DEFAULT_BUDGET_CASES
     large_eps: float = 64 / 255
-    surrogate: ModelSpec | None = SURROGATE
+    surrogate: ModelSpec | None = None
+    transfer_sources: tuple[tuple[str, str], ...] = DEFAULT_TRANSFER_SOURCES
 
     def __post_init__(self):
         for name in ("train_size", "val_size", "eval_size", "batch_size", "attack_batch_size",
@@ -92,18 +107,55 @@ class StudyConfig:
         for i, eps in enumerate(self.budget_eps):
             check_eps(eps, f"budget_eps[{i}]")
         check_eps(self.large_eps, "large_eps")
+        if self.budget_cases is not None:
+            check_positive("budget_cases", self.budget_cases)
+            if self.budget_cases % 10 or self.budget_cases > self.eval_size:
+                raise ValueError(
+                    f"budget_cases={self.budget_cases} must be a multiple of the 10 classes "
+                    f"and at most eval_size={self.eval_size}"
+                )
+        self._check_transfer_sources()
         if self.pgd_steps < 1 or self.pgd_restarts < 1 or self.budget_steps < 1:
             raise ValueError(
                 f"pgd_steps={self.pgd_steps} and pgd_restarts={self.pgd_restarts} must be >= 1"
             )
 
+    def _check_transfer_sources(self) -> None:
+        pairs = self.transfer_sources
+        if not isinstance(pairs, tuple) or not all(
+            isinstance(p, tuple) and len(p) == 2 and all(isinstance(n, str) for n in p)
+            for p in pairs
+        ):
+            raise ValueError(f"transfer_sources={pairs!r} must be a tuple of (model, source) pairs")
+        targets = [model for model, _ in pairs]
+        if len(set(targets)) != len(targets) or any(model == src for model, src in pairs):
+            raise ValueError(
+                f"transfer_sources={pairs!r}: one source per model, never the model itself"
+            )
+        if pairs and self.surrogate is not None:
+            raise ValueError("give either a surrogate or transfer_sources, not both")
+
+    def transfer_source(self, model: str) -> str | None:
+        """The model whose PGD inputs `model`'s transfer check uses: the surrogate where the
+        profile trains one, else the model's source among this run's models (None when
+        it has none, or its source is not trained in this run)."""
+        if self.surrogate is not None:
+            return self.surrogate.name
+        names = {m.name for m in self.models}
+        source = dict(self.transfer_sources).get(model)
+        return source if source in names else None
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def digest(self) -> str:
-        """A short hash of everything that changes the numbers (not the profile name)."""
+        """A short hash of everything that changes the numbers (not the profile name; the
+        fields a profile leaves unset are left out, which keeps older digests valid)."""
         d = self.to_dict()
         d.pop("profile")
+        for optional in ("budget_cases", "transfer_sources"):
+            if not d[optional]:
+                d.pop(optional)
         return _hash(d)
 
     def model_digest(self, spec: ModelSpec) -> str:
@@ -130,13 +182,24 @@ _ATTACK_FIELDS = (
     "budget_steps",
     "budget_restarts",
     "budget_batch_size",
+    "budget_cases",
     "large_eps",
+    "transfer_sources",
 )
 
 
 def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
+
+_RESEARCH_EVALUATION = {
+    "budget_restarts": RESEARCH_BUDGET_RESTARTS,
+    "budget_cases": None,
+    "surrogate": SURROGATE,
+    "transfer_sources": (),
+}
+"""How the research profiles evaluate: budget curves of 10 restarts on every case, and a
+transfer check from a separately trained surrogate."""
 
 PROFILES = ("default", "research", "robust_cnn", "reference", "quick")
 PROFILE_OUTPUTS = {
@@ -161,17 +224,15 @@ def profile(name: str) -> StudyConfig:
     if name == "default":
         return StudyConfig()
     if name == "research":
-        return StudyConfig(
-            profile="research", models=RESEARCH_MODELS, budget_restarts=RESEARCH_BUDGET_RESTARTS
-        )
+        return StudyConfig(profile="research", models=RESEARCH_MODELS, **_RESEARCH_EVALUATION)
     if name == "robust_cnn":
-        return StudyConfig(
-            profile="robust_cnn",
-            models=ROBUST_CNN_MODELS,
-            budget_restarts=RESEARCH_BUDGET_RESTARTS,
-        )
+        return StudyConfig(profile="robust_cnn", models=ROBUST_CNN_MODELS, **_RESEARCH_EVALUATION)
     if name == "reference":
-        return StudyConfig(profile="reference", models=(STANDARD, FGSM_REFERENCE))
+        return StudyConfig(
+            profile="reference",
+            models=(STANDARD, FGSM_REFERENCE),
+            transfer_sources=(("standard", "fgsm_reference"), ("fgsm_reference", "standard")),
+        )
     if name == "quick":
         return StudyConfig(
             profile="quick",
@@ -189,7 +250,7 @@ def profile(name: str) -> StudyConfig:
             budget_steps=10,
             budget_restarts=3,
             budget_batch_size=50,
-            surrogate=dataclasses.replace(SURROGATE, train_size=1000, epochs=1),
+            budget_cases=50,
         )
     raise ValueError(f"unknown profile {name!r}; choose from {PROFILES}")
 

@@ -4,30 +4,33 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from advjax.attacks import pgd_start
 from advjax.evaluation import AttackSpec, format_eps, make_program
 from advjax.model import CompactCNN, eval_logits_fn
 from experiments.cifar_robustness.config import StudyConfig
-from experiments.cifar_robustness.evaluation import attack_specs, study_threat_model
+from experiments.cifar_robustness.evaluation import attack_cases, attack_specs, study_threat_model
 
 
 def campaign_rows(config: StudyConfig) -> list[dict]:
     """Per attack: cases x models x eps x restarts x steps = worst-case gradient queries."""
     rows = []
     for spec in attack_specs(config):
+        cases = len(attack_cases(config, spec, np.arange(config.eval_size) % 10))
+        models = sum(
+            spec.source is None or config.transfer_source(m.name) == spec.source
+            for m in config.models
+        )
         rows.append(
             {
-                "attack": spec.name,
-                "cases": config.eval_size,
-                "models": len(config.models),
+                "attack": spec.name if spec.source is None else f"{spec.name}<-{spec.source}",
+                "cases": cases,
+                "models": models,
                 "eps": len(spec.eps),
                 "restarts": spec.restarts,
                 "steps": spec.steps,
-                "queries": config.eval_size
-                * len(config.models)
-                * len(spec.eps)
-                * spec.max_queries(),
+                "queries": cases * models * len(spec.eps) * spec.max_queries(),
                 "batch_size": spec.batch_size,
             }
         )
@@ -62,14 +65,14 @@ def dry_run(config: StudyConfig, log=print) -> dict:
         f"calibration: {1e3 * per_query:.3f} ms per image-query (PGD, batch "
         f"{config.attack_batch_size}, this machine)"
     )
-    log("attack        cases x models x eps x restarts x steps = gradient queries  ~ wall time")
+    log(f"{'attack':<26} cases x models x eps x restarts x steps = gradient queries  ~ wall time")
     total = 0
     for row in rows:
         seconds = row["queries"] * per_query
         row["seconds_upper_bound"] = seconds
         total += row["queries"]
         log(
-            f"{row['attack']:<13} {row['cases']:>5,} x {row['models']} x {row['eps']} x "
+            f"{row['attack']:<26} {row['cases']:>5,} x {row['models']} x {row['eps']} x "
             f"{row['restarts']:>2} x {row['steps']:>3} = {row['queries']:>12,}  ~ "
             f"{seconds / 60:6.1f} min"
         )

@@ -58,9 +58,10 @@ def study_threat_model(config: StudyConfig) -> ThreatModel:
     )
 
 
-def attack_specs(config: StudyConfig) -> list[AttackSpec]:
+def attack_specs(config: StudyConfig, model: str | None = None) -> list[AttackSpec]:
     """FGSM; PGD (the protocol, plus a large-eps probe); a long PGD for budget curves;
-    PGD transferred from the surrogate."""
+    PGD transferred from `model`'s transfer source (`StudyConfig.transfer_source`), where it
+    has one. Without `model`: the transfer attack of every source of the run."""
     specs = [
         AttackSpec(
             name="fgsm", method="fgsm", eps=config.eps_list, batch_size=config.attack_batch_size
@@ -84,7 +85,9 @@ def attack_specs(config: StudyConfig) -> list[AttackSpec]:
             batch_size=config.budget_batch_size,
         ),
     ]
-    if config.surrogate is not None:
+    targets = [m.name for m in config.models] if model is None else [model]
+    sources = sorted({s for s in map(config.transfer_source, targets) if s is not None})
+    for source in sources:
         specs.append(
             AttackSpec(
                 name="transfer_pgd",
@@ -93,10 +96,20 @@ def attack_specs(config: StudyConfig) -> list[AttackSpec]:
                 steps=config.pgd_steps,
                 step_fraction=config.pgd_step_fraction,
                 batch_size=config.attack_batch_size,
-                source=config.surrogate.name,
+                source=source,
             )
         )
     return specs
+
+
+def attack_cases(config: StudyConfig, spec: AttackSpec, y: np.ndarray) -> np.ndarray:
+    """The evaluation cases (indices into `y`) that `spec` attacks: every case, but for the
+    budget curves the first `config.budget_cases` of each class in equal parts (in order)."""
+    if spec.name != "pgd_budget" or config.budget_cases is None:
+        return np.arange(len(y))
+    per_class = config.budget_cases // 10
+    picked = [np.flatnonzero(y == c)[:per_class] for c in np.unique(y)]
+    return np.sort(np.concatenate(picked))
 
 
 @jax.jit
@@ -127,19 +140,23 @@ def evaluate_model(
     y,
     log: RecordLog,
     threat_model,
-    surrogate,
+    sources: dict,
     out: Path,
     show_progress,
     log_line,
 ) -> dict:
-    """Attack one model with every spec into `log`; return its extra evidence."""
+    """Attack one model with every spec into `log`; return its extra evidence.
+
+    `sources`: transfer source name -> (logits_fn, model hash), the checkpoints of this run.
+    """
     logits_fn, mhash = load_logits_fn(ckpt)
     ids = np.arange(len(y))
     times_path = out / ATTACK_SECONDS_FILE
     times = json.loads(times_path.read_text()) if times_path.exists() else {}
     mine = times.setdefault(spec.name, {})
-    for attack in attack_specs(config):
-        source_fn, source_hash = surrogate if attack.source else (None, None)
+    for attack in attack_specs(config, spec.name):
+        source_fn, source_hash = sources[attack.source] if attack.source else (None, None)
+        cases = attack_cases(config, attack, y)
         started = time.perf_counter()
         written = run_attack(
             log,
@@ -148,9 +165,9 @@ def evaluate_model(
             model=spec.name,
             model_hash=mhash,
             logits_fn=logits_fn,
-            x=x,
-            y=y,
-            case_ids=ids,
+            x=x[cases],
+            y=y[cases],
+            case_ids=ids[cases],
             root_path=[config.seed, "attack"],
             source_fn=source_fn,
             source_hash=source_hash,
@@ -196,6 +213,7 @@ def evaluate_model(
         "attack_seconds": seconds,
         "zero_gradient_fraction": fraction,
         "replay_check": replay_check._asdict(),
+        "transfer_source": config.transfer_source(spec.name),
     }
 
 

@@ -81,15 +81,19 @@ def training_table(results: dict) -> str:
 def evidence_table(results: dict) -> str:
     """Budget-curve end points, transfer and large-eps probes, worst class, per model."""
     rows = [
-        "| model | eps | PGD steps curve (1 restart): k=0 -> k=K | restarts curve: r=1 -> r=R "
-        "| transfer PGD from surrogate | white-box PGD |",
-        "|---|---|---|---|---|---|",
+        "| model | eps | cases | PGD steps curve (1 restart): k=0 -> k=K | restarts curve: "
+        "r=1 -> r=R | transfer PGD (source) | white-box PGD |",
+        "|---|---|---|---|---|---|---|",
     ]
     for m in results["models"].values():
+        source = m.get("transfer_source") or results.get("surrogate", {}).get("spec", {}).get(
+            "name"
+        )
         for eps, curves in m["budget_curves"].items():
             steps, restarts = curves["steps"] or [], curves["restarts"] or []
+            transfer = m["transfer"].get(eps)
             rows.append(
-                f"| {m['label']} | {eps}/255 | "
+                f"| {m['label']} | {eps}/255 | {curves['robust_accuracy']['total']:,} | "
                 + (f"{_pct(steps[0])} -> {_pct(steps[-1])} (K={len(steps) - 1})" if steps else "")
                 + " | "
                 + (
@@ -97,7 +101,7 @@ def evidence_table(results: dict) -> str:
                     if restarts
                     else ""
                 )
-                + f" | {_pct(m['transfer'][eps]) if eps in m['transfer'] else ''} | "
+                + f" | {f'{_pct(transfer)} ({source})' if transfer else ''} | "
                 f"{_pct(m['attacks']['pgd'][eps]['robust_accuracy']) if eps in m['attacks']['pgd'] else ''} |"
             )
     return "\n".join(rows)

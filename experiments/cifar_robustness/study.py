@@ -263,7 +263,13 @@ def run_study(
     x_eval = np.asarray(to_float(data.test_images[splits.eval]))
     y_eval = data.test_labels[splits.eval]
     checkpoints = train_models(config, data, splits, out, show_progress=show_progress, log=log)
-    surrogate = load_logits_fn(checkpoints[config.surrogate.name]) if config.surrogate else None
+    sources = {
+        name: load_logits_fn(checkpoints[name])
+        for name in {config.transfer_source(m.name) for m in config.models} - {None}
+    }
+    for spec in config.models:
+        if config.transfer_source(spec.name) is None:
+            log(f"[attack] {spec.name}: no transfer check (its transfer source is not in this run)")
     records_log = RecordLog(record_file(out))
     extras = {}
     for spec in config.models:
@@ -275,7 +281,7 @@ def run_study(
             y_eval,
             records_log,
             threat_model,
-            surrogate,
+            sources,
             out,
             show_progress,
             log,
@@ -327,7 +333,7 @@ def run_study(
         "threat_model_text": threat_model.describe(),
         "threat_model_hash": threat_model.digest(),
         "attacks": [
-            a.to_dict() | {"config_hash": a.config_hash(surrogate[1] if a.source else None)}
+            a.to_dict() | {"config_hash": a.config_hash(sources[a.source][1] if a.source else None)}
             for a in attack_specs(config)
         ],
         "records": {"file": records_log.path.name, "count": len(records)},
