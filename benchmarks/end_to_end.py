@@ -141,7 +141,7 @@ def accuracy_rows(results: dict, committed: dict | None) -> list[dict]:
                     "value": new["value"],
                     "committed": old["value"],
                     "committed_ci95": [low, high],
-                    "inside": low <= new["value"] <= high,
+                    "inside": low - 1e-9 <= new["value"] <= high + 1e-9,
                 }
             )
     return rows

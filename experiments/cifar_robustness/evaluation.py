@@ -104,7 +104,8 @@ def attack_specs(config: StudyConfig, model: str | None = None) -> list[AttackSp
 
 def attack_cases(config: StudyConfig, spec: AttackSpec, y: np.ndarray) -> np.ndarray:
     """The evaluation cases (indices into `y`) that `spec` attacks: every case, but for the
-    budget curves the first `config.budget_cases` of each class in equal parts (in order)."""
+    budget curves the first `config.budget_cases / 10` of each class (in order; every case of
+    a class that has fewer)."""
     if spec.name != "pgd_budget" or config.budget_cases is None:
         return np.arange(len(y))
     per_class = config.budget_cases // 10

@@ -286,7 +286,8 @@ def run_study(
             show_progress,
             log,
         )
-    records = [r for r in records_log.read() if r.model in extras]
+    attacked = {m.name: {a.name for a in attack_specs(config, m.name)} for m in config.models}
+    records = [r for r in records_log.read() if r.attack in attacked.get(r.model, ())]
     num_classes = len(data.class_names)
     provenance = {
         "command": command,

@@ -1,4 +1,5 @@
-"""benchmarks.end_to_end: the before/after report pairs the study's own phase timings."""
+"""benchmarks.end_to_end: the from-scratch report's phase table, training throughput against
+the step benchmark, and accuracies against the committed intervals, from a finished run."""
 
 import json
 
@@ -7,77 +8,115 @@ import pytest
 from benchmarks import end_to_end
 
 
-def _side(folder, revision, timings, models, wall):
-    folder.mkdir(parents=True)
-    (folder / "results.json").write_text(
-        json.dumps({"timings_seconds": timings, "models": {m: {} for m in models}})
+def _rate(value, low, high):
+    return {"value": value, "count": 0, "total": 1000, "ci95": [low, high]}
+
+
+def _model(mode, train_size, epoch_seconds, clean, pgd8):
+    return {
+        "spec": {"mode": mode},
+        "training": {
+            "history": [{"seconds": s} for s in epoch_seconds],
+            "train_size": train_size,
+            "seconds": sum(epoch_seconds) + 1.0,
+        },
+        "clean_accuracy": _rate(clean, clean - 0.03, clean + 0.03),
+        "attacks": {
+            "pgd": {
+                "0": {"robust_accuracy": _rate(clean, clean - 0.03, clean + 0.03)},
+                "8": {"robust_accuracy": _rate(pgd8, pgd8 - 0.02, pgd8 + 0.02)},
+            }
+        },
+    }
+
+
+def _work(tmp_path, wall=1500.0):
+    """A finished run: standard 2 epochs of 1,024 images in 2 s each (512 img/s), fgsm one
+    epoch of 512 in 4 s (128 img/s); step benchmark 1,000 and 200 img/s (means)."""
+    run = tmp_path / "work" / "run"
+    run.mkdir(parents=True)
+    models = {
+        "standard": _model("standard", 1030, [2.0, 2.0], 0.70, 0.0),
+        "fgsm_matched": _model("fgsm", 520, [4.0], 0.50, 0.30),
+    }
+    results = {
+        "config": {"batch_size": 128},
+        "environment": {"git_revision": "c" * 40, "xla_flags_set_by_advjax": ["--flag"]},
+        "timings_seconds": {"load_data": 5.0, "train_standard": 5.0, "train_fgsm_matched": 5.0},
+        "models": models,
+        "gate": {"verdict": "HOLD"},
+        "checks": [{"passed": True}, {"passed": False}],
+    }
+    (run / "results.json").write_text(json.dumps(results))
+    (run / "attack_seconds.json").write_text(
+        json.dumps({"standard": {"pgd": 100.0}, "fgsm_matched": {"pgd": 200.0, "fgsm": 10.0}})
     )
     record = {
-        "revision": revision,
-        "command": "python -m experiments.cifar_robustness",
+        "command": "python -m experiments.cifar_robustness --no-progress --out RUN",
         "wall_seconds": wall,
-        "load_average_start": [0.0, 0.0, 0.0],
+        "load_average_start": [0.1, 0.1, 0.1],
         "load_average_end": [2.0, 2.0, 2.0],
+        "matmul_gflops_before": 300.0,
+        "matmul_gflops_after": 310.0,
+        "step_benchmark_before": {"train": 900.0, "fgsm_at": 190.0},
+        "step_benchmark_after": {"train": 1100.0, "fgsm_at": 210.0},
     }
-    (folder / end_to_end.WALL_FILE).write_text(json.dumps(record))
+    (run / end_to_end.WALL_FILE).write_text(json.dumps(record))
+    committed = {
+        "models": {
+            "standard": _model("standard", 1030, [1.0], 0.69, 0.0),
+            "fgsm_matched": _model("fgsm", 520, [1.0], 0.60, 0.30),
+        }
+    }
+    (tmp_path / "work" / end_to_end.COMPARED_FILE).write_text(json.dumps(committed))
+    return tmp_path / "work"
 
 
-def test_report_pairs_phases_and_states_the_training_speed_up(tmp_path):
-    """Shared phases side by side with before/after ratios; a phase only one side ran says
-    'not run'; the training total compares the same models."""
-    work = tmp_path / "work"
-    _side(work / "before", "a" * 40, {"train_m": 600.0, "attack_m": 90.0}, ["m"], 700.0)
-    _side(
-        work / "after", "b" * 40, {"train_m": 200.0, "attack_m": 45.0, "extra": 5.0}, ["m"], 300.0
-    )
-    per_attack = {"m": {"fgsm": 10.0, "pgd": 20.0, "pgd_budget": 15.0}}
-    (work / "after" / "attack_seconds.json").write_text(json.dumps(per_attack))
-    report = end_to_end.main(["--report-only", "--work", str(work), "--out", str(tmp_path)])
-    text = (tmp_path / "end_to_end.md").read_text()
-    assert "| train_m | 600 | 200 | 3.00x |" in text
-    assert "| attack_m | 90 | 45 | 2.00x |" in text
-    assert "| extra | not run | 5 |  |" in text
-    assert "600 s before, 200 s after (3.00x)" in text
-    assert "| everything else | 10 | 50 | 0.20x |" in text  # wall minus the timed phases
-    assert "| **wall** | **700** | **300** | **2.33x** |" in text
-    assert "One side's machine speed was not measured" in text
-    assert report["before"]["wall_seconds"] == 700.0
-    assert "| m: fgsm + pgd | 90 | 30 | 3.00x |" in text
-    assert json.loads((tmp_path / "end_to_end.json").read_text())["after"]["revision"] == "b" * 40
+def _report(tmp_path, work):
+    argv = ["--report-only", "--work", str(work), "--out", str(tmp_path / "out")]
+    return end_to_end.main(argv), (tmp_path / "out" / "end_to_end.md").read_text()
 
 
-def test_report_names_a_side_that_has_not_run(tmp_path):
+def test_training_throughput_is_the_epochs_images_over_their_seconds_against_the_step_row(
+    tmp_path,
+):
+    report, text = _report(tmp_path, _work(tmp_path))
+    rows = {r["model"]: r for r in report["training"]}
+    assert rows["standard"]["images"] == 2 * 1024 and rows["fgsm_matched"]["images"] == 512
+    assert rows["standard"]["study_images_per_second"] == pytest.approx(512.0)
+    assert rows["standard"]["share"] == pytest.approx(512 / 1000)  # mean of 900 and 1,100
+    assert rows["fgsm_matched"]["share"] == pytest.approx(128 / 200)
+    assert "| standard | standard | 2 | 2,048 | 4 | 512 | 1,000 (train) | 51 % |" in text
+
+
+def test_phases_add_up_to_the_wall_time_and_the_goal_is_stated(tmp_path):
+    report, text = _report(tmp_path, _work(tmp_path, wall=1500.0))
+    phases = dict(report["phases"])
+    assert phases["attack fgsm_matched: pgd"] == 200.0 and phases["train standard"] == 5.0
+    assert sum(phases.values()) == pytest.approx(1500.0)
+    assert phases["everything else"] == pytest.approx(1500.0 - 15.0 - 310.0)
+    assert "**25.0 min** (1,500 s), over the 20-minute goal" in text
+    _, text = _report(tmp_path, _work(tmp_path / "fast", wall=1080.0))
+    assert "**18.0 min** (1,080 s), within the 20-minute goal" in text
+    assert "Checks 1 of 2 passed; gate HOLD" in text
+
+
+def test_accuracies_outside_the_committed_interval_are_flagged(tmp_path):
+    report, text = _report(tmp_path, _work(tmp_path))
+    inside = {(r["model"], r["what"]): r["inside"] for r in report["accuracy"]}
+    assert inside == {
+        ("standard", "clean"): True,
+        ("standard", "PGD-20 8/255"): True,
+        ("fgsm_matched", "clean"): False,  # 50 % against 57-63 %
+        ("fgsm_matched", "PGD-20 8/255"): True,
+    }
+    assert "3 of 4 inside its 95 % interval" in text
+    assert "| fgsm_matched | clean | 50.0 % | 60.0 % | 57.0-63.0 % | **no** |" in text
+
+
+def test_a_run_folder_that_is_not_empty_is_refused_and_a_missing_run_is_named(tmp_path):
+    work = _work(tmp_path)
+    with pytest.raises(SystemExit, match="not empty"):
+        end_to_end.run_study(work / "run", [])
     with pytest.raises(SystemExit, match="e2e_wall.json is missing"):
-        end_to_end.main(["--report-only", "--work", str(tmp_path), "--out", str(tmp_path)])
-
-
-def test_only_after_pairs_a_new_after_side_with_the_kept_before_side(tmp_path):
-    """`--only-after` (here with --report-only: no study is run) keeps the before side of
-    the report in --out, as it was measured, and reads only the after side's folder."""
-    work = tmp_path / "work"
-    _side(work / "before", "a" * 40, {"train_m": 600.0}, ["m"], 700.0)
-    _side(work / "after", "b" * 40, {"train_m": 200.0}, ["m"], 300.0)
-    end_to_end.main(["--report-only", "--work", str(work), "--out", str(tmp_path)])
-    (work / "before" / "results.json").unlink()  # the kept side is not read again
-    _side(work / "after2", "c" * 40, {"train_m": 100.0}, ["m"], 150.0)
-    (work / "after").rename(work / "after_old")
-    (work / "after2").rename(work / "after")
-    report = end_to_end.main(
-        ["--report-only", "--only-after", "--work", str(work), "--out", str(tmp_path)]
-    )
-    assert report["before"]["revision"] == "a" * 40 and report["after"]["revision"] == "c" * 40
-    assert "| train_m | 600 | 100 | 6.00x |" in (tmp_path / "end_to_end.md").read_text()
-
-
-def test_each_sides_machine_speed_is_shown_beside_its_wall_time(tmp_path):
-    """The matmul speed measured after a side's run is shown; with both measured, no caveat."""
-    work = tmp_path / "work"
-    for side, speed in (("before", 480.0), ("after", 203.0)):
-        _side(work / side, side[0] * 40, {"train_m": 100.0}, ["m"], 150.0)
-        record = json.loads((work / side / end_to_end.WALL_FILE).read_text())
-        record["matmul_gflops"] = speed
-        (work / side / end_to_end.WALL_FILE).write_text(json.dumps(record))
-    end_to_end.main(["--report-only", "--work", str(work), "--out", str(tmp_path)])
-    text = (tmp_path / "end_to_end.md").read_text()
-    assert "| 480 |" in text and "| 203 |" in text
-    assert "machine speed was not measured" not in text
+        end_to_end.main(["--report-only", "--work", str(tmp_path / "none"), "--out", str(tmp_path)])

@@ -52,7 +52,12 @@ def test_quick_profile_writes_results_tables_figures_and_checkpoints(quick_run):
     for name in on_disk["models"]:
         assert (out / "checkpoints" / f"{name}.msgpack").is_file()
         assert (out / "examples" / f"{name}.npz").is_file()
-    assert (out / "checkpoints" / "surrogate.msgpack").is_file()
+    assert not (out / "checkpoints" / "surrogate.msgpack").exists()
+    config = profile("quick")
+    for name, m in on_disk["models"].items():
+        assert m["transfer_source"] == dict(config.transfer_sources)[name] != name
+    transfer = [a for a in on_disk["attacks"] if a["name"] == "transfer_pgd"]
+    assert sorted(a["source"] for a in transfer) == ["fgsm_matched", "standard"]
     for name in ("records.jsonl.gz", "summary.json", "gate.txt"):
         assert (out / name).is_file()
     assert on_disk["threat_model_hash"] == ThreatModel.from_dict(on_disk["threat_model"]).digest()
@@ -95,8 +100,14 @@ def test_every_number_is_computed_from_the_records_of_the_declared_threat_model(
     out, results = quick_run
     records = read_records(record_file(out), strict=True)
     n = results["data"]["sizes"]["eval"]
-    groups = sum(len(a["eps"]) for a in results["attacks"])
-    assert len(records) == results["records"]["count"] == len(results["models"]) * groups * n
+    per_model = {"fgsm": 4 * n, "pgd": 5 * n, "pgd_budget": 50, "transfer_pgd": 3 * n}
+    assert len(records) == results["records"]["count"] == 3 * sum(per_model.values())
+    for name in results["models"]:
+        mine = [r for r in records if r.model == name]
+        for attack, count in per_model.items():
+            assert sum(r.attack == attack for r in mine) == count, (name, attack)
+        budget = [r.true_class for r in mine if r.attack == "pgd_budget"]
+        assert np.bincount(budget, minlength=10).tolist() == [5] * 10  # 50 cases, 5 per class
     assert {r.threat_model_hash for r in records} == {results["threat_model_hash"]}
     summary = read_run_summary(out / "summary.json")
     assert summary["aggregates"] == json.loads(
@@ -159,26 +170,31 @@ def test_rerun_resumes_finished_phases_with_identical_numbers(quick_run, capsys)
 def test_a_model_reused_from_another_run_is_neither_trained_nor_attacked_again(
     quick_run, tmp_path, capsys
 ):
-    """--reuse-from copies the model's checkpoint (and the surrogate's) and its records: the
-    new run trains nothing, attacks nothing and reports the source run's numbers for it."""
+    """--reuse-from copies the model's checkpoint and its records: the new run trains
+    nothing, attacks nothing and reports the source run's numbers for it; its transfer
+    source (the standard CNN) is not in this run, so it has no transfer check, and the
+    copied transfer records are not counted."""
     out, first = quick_run
     new = tmp_path / "beside"
     argv = ["--profile", "quick", "--models", "fgsm_matched", "--out", str(new), "--no-progress"]
     again = cifar_robustness.main([*argv, "--reuse-from", str(out)])
     printed = capsys.readouterr().out
-    assert "[reuse] fgsm_matched: checkpoint and 1,300 records" in printed
-    assert "[train] fgsm_matched: reusing" in printed and "[train] surrogate: reusing" in printed
-    assert "[attack]" not in printed
+    assert "[reuse] fgsm_matched: checkpoint and 1,250 records" in printed
+    assert "[train] fgsm_matched: reusing" in printed and "[train] standard" not in printed
+    assert "[attack] fgsm_matched: no transfer check" in printed
+    assert "[attack] fgsm_matched " not in printed  # nothing attacked
 
     def lines(folder):
         return sorted(
             r.to_json() for r in read_records(record_file(folder)) if r.model == "fgsm_matched"
         )
 
-    assert lines(new) == lines(out) and len(lines(new)) == 1300
+    assert lines(new) == lines(out) and len(lines(new)) == 1250
     mine, theirs = again["models"]["fgsm_matched"], first["models"]["fgsm_matched"]
-    for key in ("clean_accuracy", "attacks", "budget_curves", "transfer", "attack_seconds"):
+    for key in ("clean_accuracy", "attacks", "budget_curves", "attack_seconds"):
         assert mine[key] == theirs[key]
+    assert theirs["transfer"] and mine["transfer"] == {} and mine["transfer_source"] is None
+    assert again["records"]["count"] == 1250 - 300
     with pytest.raises(SystemExit):
         cifar_robustness.parse_args([*argv, "--reuse-from", str(out), "--force"])
     assert "--reuse-from and --force" in capsys.readouterr().err
@@ -211,8 +227,9 @@ def test_dry_run_counts_queries_and_attacks_nothing(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
     rows = {row["attack"]: row for row in estimate["rows"]}
     assert (
-        rows["pgd_budget"]["queries"] == 100 * 3 * 1 * 3 * 10
+        rows["pgd_budget"]["queries"] == 50 * 3 * 1 * 3 * 10
     )  # cases x models x eps x restarts x steps
+    assert rows["transfer_pgd<-standard"]["queries"] == 100 * 2 * 3 * 5  # two models use it
     assert rows["pgd"]["queries"] == 100 * 3 * 5 * 5
     assert estimate["seconds_per_query"] > 0
     assert "Threat model" in capsys.readouterr().out
@@ -591,7 +608,7 @@ def test_each_full_length_lever_is_the_from_scratch_recipe_with_one_probe_settin
 
 def test_train_only_trains_the_chosen_models_and_attacks_nothing(tmp_path, monkeypatch):
     """`--train-only --models M` writes M's checkpoint and nothing of the attack phases (no
-    records, results or report), leaves the surrogate out, and a second call reuses it."""
+    records, results or report), and a second call reuses it."""
     from experiments.cifar_robustness import main as study_main
 
     synthetic = _synthetic_study_data()

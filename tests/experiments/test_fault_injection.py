@@ -111,7 +111,7 @@ def run_and_kill(out: Path, log: Path, after_s: float) -> int:
 def checkpoint_covering_hashes(folder: Path) -> dict[str, str]:
     """{hash: what it names} for the digests of `folder` that cover a checkpoint's metadata
     (training seconds included), recomputed from its checkpoints: each checkpoint's
-    `model_hash`, and the config hash of each transfer attack, which holds its surrogate's.
+    `model_hash`, and the config hash of each transfer attack, which holds its source model's.
     Two runs' digests differ although their weights are equal; what they name does not."""
     checkpoints = folder / "checkpoints"
     names = {model_hash(p): f"model_hash of {p.name}" for p in checkpoints.glob("*.msgpack")}
