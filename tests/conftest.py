@@ -51,6 +51,25 @@ def make_linear_logits_fn(seed: int = 0) -> Callable[[jax.Array], jax.Array]:
     return logits_fn
 
 
+def linear_weights(logits_fn) -> tuple[np.ndarray, np.ndarray]:
+    """(W, b) of a linear `logits_fn` on 8x8x3 inputs, read off its outputs in float64."""
+    dim = 8 * 8 * 3
+    b = np.asarray(logits_fn(jnp.zeros((1, 8, 8, 3))), np.float64)[0]
+    w = np.asarray(logits_fn(jnp.eye(dim).reshape(dim, 8, 8, 3)), np.float64) - b
+    return w, b
+
+
+def numpy_ce_and_grad(w, b, x, y):
+    """Per-example cross-entropy of x @ W + b and its input gradient, in closed form."""
+    flat = x.reshape(len(x), -1).astype(np.float64)
+    z = flat @ w + b
+    z = z - z.max(axis=1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    loss = -np.log(p[np.arange(len(y)), y])
+    p[np.arange(len(y)), y] -= 1.0
+    return loss, (p @ w.T).reshape(x.shape), z.argmax(axis=1) != y
+
+
 def make_linear_batch(seed: int = 0, n: int = 16) -> tuple[np.ndarray, np.ndarray]:
     """Pixels uniform in [0, 1] (as numpy float32) and int32 labels in [0, 10)."""
     rng = np.random.default_rng(seed)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_linear_batch, make_linear_logits_fn
+from conftest import linear_weights, make_linear_batch, make_linear_logits_fn, numpy_ce_and_grad
 
 from advjax.attacks import PGDResult, fgsm, per_example_cross_entropy, pgd, pgd_search
 from advjax.attacks import _pgd as attacks
@@ -101,29 +101,59 @@ def test_fgsm_is_deterministic():
     )
 
 
+def _numpy_pgd(w, b, x, y, eps, starts, steps):
+    """L-inf PGD with step eps/4 from each restart's start (Madry et al. 2018), in NumPy: each
+    iterate is evaluated then stepped; the first misclassified iterate of the earliest breaking
+    restart is kept, else the highest-loss iterate over the restarts."""
+    broken = np.full((len(starts), len(y)), -1)
+    best, best_loss = np.array(starts, np.float64), np.full((len(starts), len(y)), -np.inf)
+    for r, x_k in enumerate(np.asarray(starts, np.float64)):
+        for i in range(steps + 1):
+            loss, grad, wrong = numpy_ce_and_grad(w, b, x_k, y)
+            unbroken = broken[r] < 0
+            take = unbroken & (wrong | (loss > best_loss[r]))
+            best[r][take], best_loss[r][take] = x_k[take], loss[take]
+            broken[r][unbroken & wrong] = i
+            x_k = np.clip(np.clip(x_k + eps / 4 * np.sign(grad), x - eps, x + eps), 0.0, 1.0)
+    hit = broken >= 0
+    choice = np.where(hit.any(0), hit.argmax(0), best_loss.argmax(0))
+    cases = np.arange(len(y))
+    return best[choice, cases], broken, best_loss[choice, cases]
+
+
 class AttackVariantsTest(chex.TestCase):
-    """The attacks give the same results with and without jit of the caller."""
+    """FGSM and PGD, called eagerly and under the caller's jit, equal a NumPy transcription
+    on a linear model (closed-form input gradient)."""
 
     @chex.variants(with_jit=True, without_jit=True)
-    def test_fgsm_jit_and_eager_agree(self):
-        """fgsm under jax.jit equals eager fgsm."""
+    def test_fgsm_matches_the_closed_form(self):
+        """fgsm is x + eps * sign(grad of the cross-entropy), clipped to [0, 1]."""
         logits_fn, x, y = _linear_setup()
-        expected = fgsm(logits_fn, x, y, EPS)
+        w, b = linear_weights(logits_fn)
+        _, grad, _ = numpy_ce_and_grad(w, b, x, y)
+        expected = np.clip(x + EPS * np.sign(grad), 0.0, 1.0)
         actual = self.variant(lambda x, y, eps: fgsm(logits_fn, x, y, eps))(x, y, EPS)
-        chex.assert_trees_all_close(actual, expected, atol=TOL, rtol=0)
+        np.testing.assert_allclose(np.asarray(actual), expected, atol=TOL, rtol=0)
 
     @chex.variants(with_jit=True, without_jit=True)
-    def test_pgd_search_jit_and_eager_agree(self):
-        """pgd_search under jax.jit equals eager pgd_search (x_adv, broken_step and loss)."""
+    def test_pgd_search_matches_a_numpy_transcription(self):
+        """pgd_search's x_adv, broken steps and loss equal NumPy PGD from the same random
+        starts (`pgd_start` with each restart's key)."""
         logits_fn, x, y = _linear_setup()
-        kwargs = dict(steps=2, restarts=2)
-        expected = pgd_search(logits_fn, x, y, 0.04, key=KEY, **kwargs)
+        eps = 0.04
+        starts = [
+            np.asarray(attacks.pgd_start(jnp.asarray(x), eps, k).x_adv)
+            for k in attacks.restart_keys(KEY, 2)
+        ]
+        w, b = linear_weights(logits_fn)
+        x_adv, broken, loss = _numpy_pgd(w, b, x, y, eps, starts, steps=2)
+        assert 0 < (broken >= 0).any(axis=0).sum() < len(y)  # some break, some do not
         actual = self.variant(
-            lambda x, y, eps, key: pgd_search(logits_fn, x, y, eps, key=key, **kwargs)
-        )(x, y, 0.04, KEY)
-        chex.assert_trees_all_close(actual.x_adv, expected.x_adv, atol=TOL, rtol=0)
-        chex.assert_trees_all_equal(actual.broken_step, expected.broken_step)
-        chex.assert_trees_all_close(actual.loss, expected.loss, atol=1e-5, rtol=1e-5)
+            lambda x, y, eps, key: pgd_search(logits_fn, x, y, eps, key=key, steps=2, restarts=2)
+        )(x, y, eps, KEY)
+        np.testing.assert_allclose(np.asarray(actual.x_adv), x_adv, atol=TOL, rtol=0)
+        np.testing.assert_array_equal(np.asarray(actual.broken_step), broken)
+        np.testing.assert_allclose(np.asarray(actual.loss), loss, atol=1e-5, rtol=1e-5)
 
 
 def test_fgsm_under_vmap_over_eps_matches_separate_calls():

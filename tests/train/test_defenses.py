@@ -16,10 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_linear_batch, make_linear_logits_fn
+from conftest import linear_weights, make_linear_batch, make_linear_logits_fn, numpy_ce_and_grad
 
 import advjax.train._loop
-from advjax.attacks import per_example_cross_entropy
+from advjax.attacks import per_example_cross_entropy, pgd_start
 from advjax.train import (
     Batch,
     SentinelConfig,
@@ -119,18 +119,24 @@ def test_random_start_pgd_rejects_bad_arguments(kwargs, fragment):
 
 
 class GeneratorVariantsTest(chex.TestCase):
-    """The generators give the same examples with and without jit of the caller."""
+    """The generators, called eagerly and under the caller's jit, equal a NumPy transcription."""
 
     @chex.variants(with_jit=True, without_jit=True)
-    def test_random_start_pgd_jit_and_eager_agree(self):
+    def test_random_start_pgd_matches_a_numpy_transcription(self):
+        """From the same random start (`pgd_start` with the key), 3 signed steps of eps/4 on
+        the closed-form gradient, each projected to the eps-ball and [0, 1]; the last iterate."""
         logits_fn, x, y = _linear_setup()
-        expected = random_start_pgd(logits_fn, x, y, EPS, key=KEY, steps=3, step_size=EPS / 4)
+        w, b = linear_weights(logits_fn)
+        x_k = np.asarray(pgd_start(jnp.asarray(x), EPS, KEY).x_adv, np.float64)
+        for _ in range(3):
+            _, grad, _ = numpy_ce_and_grad(w, b, x_k, y)
+            x_k = np.clip(np.clip(x_k + EPS / 4 * np.sign(grad), x - EPS, x + EPS), 0.0, 1.0)
         actual = self.variant(
             lambda x, y, eps, key: random_start_pgd(
                 logits_fn, x, y, eps, key=key, steps=3, step_size=eps / 4
             )
         )(x, y, EPS, KEY)
-        chex.assert_trees_all_close(actual, expected, atol=TOL, rtol=0)
+        np.testing.assert_allclose(np.asarray(actual), x_k, atol=TOL, rtol=0)
 
 
 # ---------------------------------------------------------------------------
