@@ -183,12 +183,13 @@ def test_jit_same_key_same_result_and_batch_independence():
 
 
 def test_at_least_as_strong_as_pgd():
+    """On cases where PGD-50 breaks some but not all, FAB-50 breaks at least as many."""
     logits_fn, x, y = _mlp_batch(batch=32, seed=4)
     eps = 0.02
     pgd = _pgd_linf(logits_fn, x, y, eps, jax.random.key(0))
     res = fab(logits_fn, x, y, eps, key=jax.random.key(0), steps=50)
     assert 0 < pgd.sum() < 32
-    assert res.broken.sum() >= pgd.sum() - 1
+    assert res.broken.sum() >= pgd.sum()
 
 
 @pytest.mark.parametrize(
@@ -297,26 +298,30 @@ def test_the_keyed_sort_is_numpys_stable_argsort_for_signed_zeros_ties_and_extre
 
 
 class JitOfTheCallerTest(chex.TestCase):
-    """FAB's projections and the attack give the same numbers with and without the caller's jit."""
+    """FAB's projections, eager and under the caller's jit, equal the bisection reference; the
+    attack called eagerly equals its jitted program."""
 
     @chex.variants(with_jit=True, without_jit=True)
-    def test_projections_agree_with_and_without_the_callers_jit(self):
+    def test_projections_equal_the_bisection_reference(self):
         rng = np.random.default_rng(3)
         t, w = rng.uniform(0, 1, (6, 16)), rng.normal(size=(6, 16))
         b = np.sum(w * t, 1) + rng.normal(size=6)
         args = [jnp.asarray(v, jnp.float32) for v in (t, w, b)]
-        for project in (projection_linf, projection_l2):
-            expected = jax.jit(jax.vmap(project))(*args)
-            actual = self.variant(jax.vmap(project))(*args)
-            chex.assert_trees_all_close(actual, expected, atol=1e-6)
+        for norm, project in (("linf", projection_linf), ("l2", projection_l2)):
+            actual = np.asarray(self.variant(jax.vmap(project))(*args))
+            for d_i, t_i, w_i, b_i in zip(actual, t, w, b, strict=True):
+                np.testing.assert_allclose(
+                    d_i, _bisection_projection(t_i, w_i, b_i, norm), atol=2e-5
+                )
 
-    @chex.variants(with_jit=True, without_jit=True)
-    def test_fab_agrees_with_and_without_the_callers_jit(self):
+    @chex.variants(without_jit=True)
+    def test_fab_called_eagerly_equals_the_jitted_program(self):
         _, x, y = _mlp_batch()
         keys = jax.random.split(jax.random.key(5), 8)
         expected = _jitted("linf")(x, y, 0.02, keys)
         actual = self.variant(
             lambda x, y, eps, key: fab(_MLP, x, y, eps, key=key, norm="linf", **_SMALL)
         )(x, y, 0.02, keys)
+        assert np.abs(np.asarray(actual.x_adv) - np.asarray(x)).max() <= 0.02 + 1e-6
         chex.assert_trees_all_equal(actual.broken, expected.broken)
         chex.assert_trees_all_close(actual.x_adv, expected.x_adv, atol=1e-6)

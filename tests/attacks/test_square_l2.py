@@ -153,8 +153,9 @@ def test_a_case_gives_the_same_result_alone_and_within_a_batch():
 
 
 class JitOfTheCallerTest(chex.TestCase):
-    @chex.variants(with_jit=True, without_jit=True)
-    def test_same_result_with_and_without_the_callers_jit(self):
+    @chex.variants(without_jit=True)
+    def test_the_eager_call_equals_the_jitted_program(self):
+        """square_l2 called eagerly equals its jitted program, and stays in the ball."""
         x, y = _linear_setup()
         run = self.variant(lambda x, y, eps: square_l2(LOGITS_FN, x, y, eps, key=KEY, queries=40))
         result = run(x, y, jnp.float32(EPS))

