@@ -133,9 +133,7 @@ def _jitted(norm):
     return jax.jit(lambda x, y, eps, key: fab(_MLP, x, y, eps, key=key, norm=norm, **_SMALL))
 
 
-@pytest.mark.parametrize(
-    "norm, eps", [("linf", 0.03), pytest.param("l2", 0.4, marks=pytest.mark.slow)]
-)
+@pytest.mark.parametrize("norm, eps", [("linf", 0.03), ("l2", 0.4)])
 def test_budget_box_and_misclassification(norm, eps):
     _, x, y = _mlp_batch()
     y = y.at[0].set((y[0] + 1) % 10)

@@ -18,3 +18,30 @@ def softmax_logits_fn():
 
 def no_args():
     return jnp.zeros(3)
+
+
+KILL_AFTER_ENV = "ADVJAX_TEST_KILL_AFTER"
+"""Model evaluations after which `self_killing_logits_fn`'s process SIGKILLs itself."""
+
+
+def self_killing_logits_fn():
+    """The linear classifier, counting its evaluations on the host; with $ADVJAX_TEST_KILL_AFTER
+    set, the process SIGKILLs itself at that evaluation (a crash at a known point of a run),
+    else it only counts (the same program, so an uninterrupted run is comparable)."""
+    import os
+    import signal
+
+    f = linear_logits_fn()
+    limit = int(os.environ.get(KILL_AFTER_ENV, "0"))
+    calls = [0]
+
+    def count():
+        calls[0] += 1
+        if limit and calls[0] >= limit:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def logits_fn(x):
+        jax.debug.callback(count)
+        return f(x)
+
+    return logits_fn

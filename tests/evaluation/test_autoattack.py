@@ -322,10 +322,10 @@ def test_top_level_export():
     assert advjax.autoattack is autoattack
 
 
-@pytest.mark.slow
-def test_cases_sharded_over_4_devices_give_the_one_device_outcome():
+@pytest.mark.parametrize("size", ["small", pytest.param("full", marks=pytest.mark.slow)])
+def test_cases_sharded_over_4_devices_give_the_one_device_outcome(size):
     """The case batch sharded over a 4-device mesh (simulated CPU devices, in a subprocess)
-    gives every case the outcome it gets on one device."""
+    gives every case the outcome it gets on one device (small: two members on 16 cases)."""
     import json
     import os
     import subprocess
@@ -339,7 +339,8 @@ def test_cases_sharded_over_4_devices_give_the_one_device_outcome():
     )
     env["JAX_PLATFORMS"] = "cpu"
     done = subprocess.run(
-        [sys.executable, "-m", "tests.evaluation.autoattack_sharding_worker"], cwd=root, env=env,
+        [sys.executable, "-m", "tests.evaluation.autoattack_sharding_worker",
+         *(["small"] if size == "small" else [])], cwd=root, env=env,
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +155,38 @@ def test_runs_before_the_time_file_leave_the_total_unknown_and_a_corrupt_file_is
     (tmp_path / TIME_FILE).write_text('{"runs": 3}')
     with pytest.raises(ValueError, match="attack_seconds.json is not an attack-time file"):
         _untimed_records(tmp_path, Log(), key)
+
+
+@needs_data
+def test_a_run_killed_mid_member_and_resumed_ends_with_the_records_of_an_uninterrupted_run(
+    tmp_path,
+):
+    """SIGKILL at a known model evaluation inside the first member (the model factory kills
+    its own process), then the same command again: the record file ends equal, record for
+    record, to the one of a run that was never interrupted."""
+    import subprocess
+    import sys
+
+    from tests.evaluation.cli_models import KILL_AFTER_ENV
+
+    def argv(out):
+        return ["--model", "tests.evaluation.cli_models:self_killing_logits_fn", "--n", "200",
+                "--eps", "1/255", "--batch-size", "10", "--no-progress", "--out", str(out)]  # fmt: skip
+
+    def lines(out):
+        return sorted(r.to_json() for r in read_records(record_file(out)))
+
+    assert main(argv(tmp_path / "whole")) == 0
+    env = {**os.environ, KILL_AFTER_ENV: "150"}
+    killed = subprocess.run(
+        [sys.executable, "-m", "advjax.evaluate", *argv(tmp_path / "resumed")],
+        env=env,
+        capture_output=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    partial = read_records(record_file(tmp_path / "resumed"))
+    assert {r.attack for r in partial} == {"apgd-ce"} and 0 < len(partial) < 200, "mid-member"
+    assert main(argv(tmp_path / "resumed")) == 0
+    assert lines(tmp_path / "resumed") == lines(tmp_path / "whole")
+    assert len(lines(tmp_path / "whole")) > 200  # every member's records and the derived ones
