@@ -2,8 +2,7 @@
 
 `python -m benchmarks.revision_speed --before 079f300 --after HEAD`
 
-Where `benchmarks.end_to_end` compares two studies that do different work, this benchmark
-runs one workload at both revisions: each side's study command (its own flags: the
+This benchmark runs one workload at two revisions: each side's study command (its own flags: the
 revisions' command lines differ, the work must not) from a fresh git worktree, `--repeats`
 times, alternating before / after so that drift in the machine's speed falls on both
 sides. The default workload is the reference profile's two models (standard CNN, FGSM-AT
@@ -21,13 +20,15 @@ import json
 import os
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from advjax import backend
-from benchmarks.end_to_end import read_side, run_side
-from benchmarks.machine import describe_machine
+from benchmarks.end_to_end import WALL_FILE, machine_speed
+from benchmarks.machine import describe_machine, load_average
 from benchmarks.report import write_atomic
 
 REPO = str(Path(__file__).resolve().parents[1])
@@ -66,10 +67,60 @@ def config_differences(before: dict, after: dict) -> list[str]:
     return lines
 
 
+def run_side(repo: str, revision: str, out: Path, extra: list[str]) -> dict:
+    """Run the study of `revision` from a fresh worktree into `out`; store and return timing."""
+    with tempfile.TemporaryDirectory(prefix="advjax-revision-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(
+            ["git", "-C", repo, "worktree", "add", "--detach", str(tree), revision],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            sha = subprocess.run(
+                ["git", "-C", str(tree), "rev-parse", "HEAD"],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            command = [sys.executable, "-m", "experiments.cifar_robustness", "--no-progress"]
+            command += ["--out", str(out), *extra]
+            load_start = load_average()
+            start = time.perf_counter()
+            with open(out.with_suffix(".log"), "w") as log:
+                done = subprocess.run(command, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
+            wall = time.perf_counter() - start
+        finally:
+            subprocess.run(
+                ["git", "-C", repo, "worktree", "remove", "--force", str(tree)],
+                capture_output=True,
+            )
+    if done.returncode != 0:
+        raise SystemExit(f"{revision}: the study exited with {done.returncode}; see {out}.log")
+    record = {
+        "revision": sha,
+        "command": shlex.join(command),
+        "wall_seconds": wall,
+        "load_average_start": load_start,
+        "load_average_end": load_average(),
+        "matmul_gflops": machine_speed(),
+    }
+    write_atomic(str(out / WALL_FILE), json.dumps(record, indent=2))
+    return record
+
+
 def read_run(folder: Path) -> dict:
-    """One finished run: `end_to_end.read_side` (wall record, phase timings) and its config."""
-    side = read_side(folder)
-    return side | {"config": json.loads((folder / "results.json").read_text())["config"]}
+    """One finished run: its wall record, its study's phase timings, models and config."""
+    wall_path, results_path = folder / WALL_FILE, folder / "results.json"
+    for path in (wall_path, results_path):
+        if not path.exists():
+            raise SystemExit(f"{path} is missing: run that side first")
+    results = json.loads(results_path.read_text())
+    return json.loads(wall_path.read_text()) | {
+        "timings_seconds": results["timings_seconds"],
+        "models": sorted(results["models"]),
+        "config": results["config"],
+    }
 
 
 def phase_table(before: list[dict], after: list[dict]) -> list[dict]:
