@@ -82,9 +82,9 @@ def main(argv=None) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from advjax.io import atomic_write_json, atomic_write_text
     from benchmarks import user_models
     from benchmarks.machine import describe_machine, load_average
+    from benchmarks.report import write_report
     from benchmarks.torch_peer import default_paths
 
     python = args.torch_python or default_paths(str(REPO))[0]
@@ -133,10 +133,7 @@ def main(argv=None) -> dict:
         },
         "rows": rows,
     }
-    out = Path(args.out)
-    atomic_write_json(out / "any_model.json", report)
-    atomic_write_text(out / "any_model.md", render(report))
-    print((out / "any_model.md").read_text())
+    write_report(args.out, "any_model", report, render(report))
     return report
 
 

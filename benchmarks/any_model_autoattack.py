@@ -45,10 +45,11 @@ def main(argv=None) -> dict:
     import jax
 
     from advjax.evaluation import format_rate, rate, resolve_members
-    from advjax.io import atomic_write_json, atomic_write_text, environment, load_checkpoint
+    from advjax.io import environment, load_checkpoint
     from advjax.model import eval_logits_fn
     from benchmarks.autoattack_peer import full_budget, run_advjax, run_torch_script, study_images
     from benchmarks.machine import load_average
+    from benchmarks.report import write_report
     from benchmarks.user_models import plain_compact_cnn
 
     x, y = study_images(args.study, args.n, args.data_dir)
@@ -108,10 +109,7 @@ def main(argv=None) -> dict:
         "robust_advjax": result.robust.astype(int).tolist(),
         "robust_original": original.astype(int).tolist(),
     }
-    out = Path(args.out)
-    atomic_write_json(out / "any_model_autoattack.json", report)
-    atomic_write_text(out / "any_model_autoattack.md", markdown(report))
-    print(markdown(report))
+    write_report(args.out, "any_model_autoattack", report, markdown(report))
     return report
 
 

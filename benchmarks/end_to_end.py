@@ -27,7 +27,7 @@ from pathlib import Path
 
 from advjax import backend
 from benchmarks.machine import describe_machine, load_average
-from benchmarks.report import write_atomic
+from benchmarks.report import write_atomic, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 WALL_FILE = "e2e_wall.json"
@@ -273,11 +273,7 @@ def main(argv=None) -> dict:
         sys.argv[1:] if argv is None else argv
     )
     report = build_report(work, args.compare, command)
-    out = Path(args.out)
-    write_atomic(str(out / "end_to_end.json"), json.dumps(report, indent=2))
-    text = markdown(report)
-    write_atomic(str(out / "end_to_end.md"), text)
-    print(text)
+    write_report(args.out, "end_to_end", report, markdown(report))
     return report
 
 

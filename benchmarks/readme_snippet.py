@@ -82,8 +82,8 @@ def main(argv=None) -> dict:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = p.parse_args(argv)
-    from advjax.io import atomic_write_json, atomic_write_text
     from benchmarks.machine import describe_machine, load_average
+    from benchmarks.report import write_report
     from benchmarks.torch_peer import default_paths
 
     python, reference = default_paths(str(REPO))
@@ -107,10 +107,7 @@ def main(argv=None) -> dict:
         "images_per_second": {k: 250 / float(np.median(v)) for k, v in sides.items()},
         "warnings": warnings,
     }
-    out = Path(args.out)
-    atomic_write_json(out / "readme_snippet.json", report)
-    atomic_write_text(out / "readme_snippet.md", markdown(report))
-    print(markdown(report))
+    write_report(args.out, "readme_snippet", report, markdown(report))
     return report
 
 

@@ -205,3 +205,11 @@ def write_outputs(result: dict, out_dir: str) -> tuple[str, str]:
     write_atomic(json_path, json.dumps(result, indent=1) + "\n")
     write_atomic(md_path, markdown(result))
     return json_path, md_path
+
+
+def write_report(out_dir, name: str, result: dict, text: str) -> None:
+    """`<out_dir>/<name>.json` (the result, indented) and `<out_dir>/<name>.md` (its report),
+    each written atomically; the report is printed."""
+    write_atomic(os.path.join(out_dir, f"{name}.json"), json.dumps(result, indent=2) + "\n")
+    write_atomic(os.path.join(out_dir, f"{name}.md"), text)
+    print(text)

@@ -29,7 +29,7 @@ from pathlib import Path
 from advjax import backend
 from benchmarks.end_to_end import WALL_FILE, machine_speed
 from benchmarks.machine import describe_machine, load_average
-from benchmarks.report import write_atomic
+from benchmarks.report import write_atomic, write_report
 
 REPO = str(Path(__file__).resolve().parents[1])
 BEFORE_ARGS = "--profile reference --epochs 2 --eval-size 300 --budget-restarts 2"
@@ -222,12 +222,7 @@ def main(argv=None) -> dict:
             runs["before"][0]["config"], runs["after"][0]["config"]
         ),
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / f"{NAME}.json", json.dumps(report, indent=2))
-    text = markdown(report)
-    write_atomic(out / f"{NAME}.md", text)
-    print(text)
+    write_report(args.out, NAME, report, markdown(report))
     return report
 
 

@@ -10,14 +10,14 @@ from advjax.attacks import pgd_start
 from advjax.evaluation import AttackSpec, format_eps, make_program
 from advjax.model import CompactCNN, eval_logits_fn
 from experiments.cifar_robustness.config import StudyConfig
-from experiments.cifar_robustness.evaluation import attack_cases, attack_specs, study_threat_model
+from experiments.cifar_robustness.evaluation import attack_specs, spec_cases, study_threat_model
 
 
 def campaign_rows(config: StudyConfig) -> list[dict]:
     """Per attack: cases x models x eps x restarts x steps = worst-case gradient queries."""
     rows = []
     for spec in attack_specs(config):
-        cases = len(attack_cases(config, spec, np.arange(config.eval_size) % 10))
+        cases = len(spec_cases(config, spec, np.arange(config.eval_size) % 10))
         models = sum(
             spec.source is None or config.transfer_source(m.name) == spec.source
             for m in config.models

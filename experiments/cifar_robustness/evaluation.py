@@ -102,7 +102,7 @@ def attack_specs(config: StudyConfig, model: str | None = None) -> list[AttackSp
     return specs
 
 
-def attack_cases(config: StudyConfig, spec: AttackSpec, y: np.ndarray) -> np.ndarray:
+def spec_cases(config: StudyConfig, spec: AttackSpec, y: np.ndarray) -> np.ndarray:
     """The evaluation cases (indices into `y`) that `spec` attacks: every case, but for the
     budget curves the first `config.budget_cases / 10` of each class (in order; every case of
     a class that has fewer)."""
@@ -157,7 +157,7 @@ def evaluate_model(
     mine = times.setdefault(spec.name, {})
     for attack in attack_specs(config, spec.name):
         source_fn, source_hash = sources[attack.source] if attack.source else (None, None)
-        cases = attack_cases(config, attack, y)
+        cases = spec_cases(config, attack, y)
         started = time.perf_counter()
         written = run_attack(
             log,
