@@ -8,12 +8,17 @@ advjax's fast XLA CPU settings call `advjax.backend.configure()` before any JAX 
 """
 
 from advjax.attacks import (
+    ATTACKS,
     APGDResult,
+    FABResult,
+    FMNResult,
     PGDResult,
     SquareResult,
     apgd,
     apgd_targeted,
+    fab,
     fgsm,
+    fmn,
     pgd,
     pgd_search,
     square_l2,
@@ -35,11 +40,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "APGDResult",
+    "ATTACKS",
     "AutoAttackResult",
     "CaseRecord",
     "Cifar10",
     "CompactCNN",
     "DataError",
+    "FABResult",
+    "FMNResult",
     "PGDResult",
     "RecordLog",
     "SquareResult",
@@ -51,7 +59,9 @@ __all__ = [
     "autoattack",
     "create_train_state",
     "eval_logits_fn",
+    "fab",
     "fgsm",
+    "fmn",
     "load_checkpoint",
     "load_cifar10",
     "make_train_step",

@@ -51,6 +51,19 @@ def parse_eps(text: str) -> float:
     return value
 
 
+def parse_members(text: str) -> tuple[str, ...]:
+    """`apgd-ce,fab-t` -> the member methods, each an attack of `advjax.attacks.ATTACKS`."""
+    from advjax.attacks import ATTACKS
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in ATTACKS]
+    if not names or unknown:
+        raise ValueError(
+            f"--members {text!r}: expected comma-separated attacks among {', '.join(ATTACKS)}"
+        )
+    return names
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m advjax.evaluate",
@@ -68,6 +81,12 @@ def parse_args(argv):
     p.add_argument("--eps", type=parse_eps, default=8 / 255, help="budget, e.g. 8/255")
     p.add_argument("--norm", default="linf", choices=("linf", "l2"))
     p.add_argument("--version", default="standard", choices=("standard", "plus", "rand"))
+    p.add_argument(
+        "--members",
+        default=None,
+        help="a custom member list instead of --version's, in order, e.g. apgd-ce,apgd-t,square "
+        "(any attack of advjax.attacks.ATTACKS, at AutoAttack's default budgets)",
+    )
     p.add_argument("--key", type=int, default=0, help="root seed of every random choice")
     p.add_argument("--batch-size", type=int, default=250)
     p.add_argument("--out", required=True, help="output folder (records, summary, report)")
@@ -173,6 +192,7 @@ def evaluate(args, argv) -> int:
     from advjax.evaluation import (
         AUTOATTACK,
         EXIT_CODES,
+        Member,
         aggregate_records,
         autoattack_threat_model,
         check_finite_loss,
@@ -202,7 +222,10 @@ def evaluate(args, argv) -> int:
         )
     if args.compile_cache:
         use_compile_cache(args.compile_cache)
-    members = resolve_members(args.version, None, args.norm)
+    if args.members is not None:
+        args.members = parse_members(args.members)
+    custom = None if args.members is None else [Member(method) for method in args.members]
+    members = resolve_members(args.version, custom, args.norm)
     tm = autoattack_threat_model(args.eps, members, args.norm)
     print(tm.describe())
     print(f"members: {', '.join(m.name for m in members)}")
@@ -211,6 +234,8 @@ def evaluate(args, argv) -> int:
     out = Path(args.out)
     log = RecordLog(record_file(out))
     run_key = {"model": name, "eps": float(args.eps), "norm": args.norm, "version": args.version}
+    if args.members is not None:
+        run_key["members"] = list(args.members)
     untimed = _untimed_records(out, log, run_key)
     started = time.perf_counter()
 
@@ -231,7 +256,8 @@ def evaluate(args, argv) -> int:
     try:
         run_autoattack(
             log, logits_fn, x, y, args.eps, seed=args.key, model=name, model_hash=digest,
-            case_ids=index, norm=args.norm, version=args.version, batch_size=args.batch_size,
+            case_ids=index, norm=args.norm, version=args.version, members=members,
+            batch_size=args.batch_size,
             on_run=on_run, on_batch=None if args.no_progress else on_batch,
         )  # fmt: skip
         finished = True
@@ -257,7 +283,7 @@ def evaluate(args, argv) -> int:
         extra={
             "command": "python -m advjax.evaluate " + shlex.join(args_list(argv)),
             "members": [m.name for m in members],
-            "version": args.version,
+            "version": args.version if args.members is None else "custom",
             "seconds": seconds,
             "seconds_all_runs": total,
             "attack_runs": len(runs),
@@ -283,7 +309,7 @@ def evaluate(args, argv) -> int:
     final = next(g for g in groups if g["attack"] == AUTOATTACK)
     ra = final["robust_accuracy"]
     print(f"{name}: robust accuracy {100 * ra['value']:.1f} % ({ra['count']}/{ra['total']}) "
-          f"under AutoAttack {args.version} at eps {args.eps:.5g} ({args.norm}); "
+          f"under AutoAttack {summary['extra']['version']} at eps {args.eps:.5g} ({args.norm}); "
           f"{_describe_time(seconds, total, len(runs))}")  # fmt: skip
     if decision_text:
         print(decision_text.rstrip())

@@ -119,13 +119,7 @@ def run_advjax(logits_fn, x, y, eps, seed):
 
 def full_budget(members, n_attacked: int) -> int:
     """Queries the members would spend on every clean-correct case without early stop."""
-    per_case = 0
-    for m in members:
-        runs = len(m.runs())
-        per_case += runs * (
-            m.queries if m.method == "square" else (2 if "fab" in m.method else 1) * m.steps + 1
-        )
-    return per_case * n_attacked
+    return sum(len(m.runs()) * m.queries_per_run for m in members) * n_attacked
 
 
 def markdown(r: dict) -> str:

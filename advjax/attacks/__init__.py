@@ -1,5 +1,6 @@
 """Pure attacks: FGSM, PGD (with first-break search and chunked runs), APGD, FAB, Square
-(L-inf and L2), their losses and the threat model's geometry.
+(L-inf and L2), FMN, their losses and the threat model's geometry, and the registry of every
+attack the runners know (`ATTACKS`).
 
 Every attack takes a pure `logits_fn(x) -> logits` and arrays, an explicit `key`, and works
 under `jit`, `vmap` and `grad`. Nothing here does I/O or imports the evaluation layer.
@@ -11,12 +12,14 @@ from advjax.attacks._apgd import (
     apgd_targeted,
     apgd_with_loss,
 )
+from advjax.attacks._attack_info import AttackInfo, BatchRun
 from advjax.attacks._checks import (
     check_budget,
     check_eps,
 )
 from advjax.attacks._fab import FABResult, fab
 from advjax.attacks._fab_projection import projection_l2, projection_linf
+from advjax.attacks._fmn import FMNResult, fmn
 from advjax.attacks._losses import (
     LOSSES,
     attack_loss,
@@ -44,6 +47,7 @@ from advjax.attacks._pgd import (
     pgd_steps,
     restart_keys,
 )
+from advjax.attacks._registry import ATTACKS, attack_info
 from advjax.attacks._square import (
     SquareResult,
     margin_loss,
@@ -59,13 +63,19 @@ __all__ = [
     "apgd_with_loss",
     "APGDResult",
     "ascent_direction",
+    "attack_info",
+    "AttackInfo",
+    "ATTACKS",
     "attack_loss",
     "attack_success",
+    "BatchRun",
     "check_budget",
     "check_eps",
     "fab",
     "FABResult",
     "fgsm",
+    "fmn",
+    "FMNResult",
     "LOSSES",
     "margin_loss",
     "NORMS",

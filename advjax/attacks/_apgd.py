@@ -22,6 +22,7 @@ import numpy as np
 from jax import lax
 
 from advjax.attacks import _norms as norms
+from advjax.attacks._attack_info import AttackInfo, BatchRun, per_case
 from advjax.attacks._checks import (
     _check_inputs,
     _check_positive_int,
@@ -311,13 +312,16 @@ def apgd_with_loss(
     steps: int = 100,
     norm: str = "linf",
     restarts: int = 1,
+    first_restart: int = 0,
     rho: float = 0.75,
     alpha: float = 0.75,
 ) -> APGDResult:
     """APGD on any per-example loss `loss_fn(logits, y)` to maximise (e.g. a targeted DLR
     whose targets are traced), with the rules and arguments of `apgd`."""
     options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
-    x, y, eps, keys = _prepare(x, y, eps, key, restarts=restarts, first_restart=0, **options)
+    x, y, eps, keys = _prepare(
+        x, y, eps, key, restarts=restarts, first_restart=first_restart, **options
+    )
     check_labels(logits_fn, x, y)
     check_finite_logits(logits_fn, x)
     return _run(logits_fn, loss_fn, x, y, eps, keys, **options)
@@ -381,3 +385,48 @@ def apgd_targeted(
     init = (x, jnp.full(y.shape, -jnp.inf, x.dtype), jnp.zeros(y.shape, bool))
     (x_adv, loss, _), broken_step = lax.scan(one_target, init, jnp.asarray(target_ranks))
     return APGDResult(x_adv, broken_step.reshape(-1, y.shape[0]), loss)
+
+
+# ---------------------------------------------------------------------------
+# Declarations for the runners (`advjax.attacks.ATTACKS`).
+
+
+def _run_untargeted(loss: str):
+    def run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -> BatchRun:
+        del target, options
+        r = apgd(logits_fn, x, y, eps, key=keys, steps=steps, norm=norm, loss=loss,
+                 first_restart=restart)  # fmt: skip
+        return BatchRun(r.x_adv, r.broken_step[0], per_case(steps + 1, y), per_case(False, y, bool))
+
+    return run
+
+
+def _run_targeted(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -> BatchRun:
+    del options
+    ranked = jnp.argsort(logits_fn(x), axis=-1, descending=True)
+    goal = jnp.take_along_axis(ranked, jnp.full((len(y), 1), target + 1), axis=1)[:, 0]
+    loss_fn = lambda logits, labels: per_example_targeted_dlr(logits, labels, goal)  # noqa: E731
+    r = apgd_with_loss(logits_fn, loss_fn, x, y, eps, key=keys, steps=steps, norm=norm,
+                       first_restart=restart)  # fmt: skip
+    return BatchRun(r.x_adv, r.broken_step[0], per_case(steps + 1, y), per_case(False, y, bool))
+
+
+_REFERENCE = "Croce & Hein, ICML 2020"
+DECLARED = (
+    AttackInfo(
+        name="apgd-ce", run=_run_untargeted("ce"), norms=("linf", "l2"), targeted=False,
+        kind="gradient", stream=0, queries=lambda steps: steps + 1,
+        passes=lambda steps, classes: (steps + 1, steps + 1), reference=_REFERENCE,
+    ),
+    AttackInfo(
+        name="apgd-dlr", run=_run_untargeted("dlr"), norms=("linf", "l2"), targeted=False,
+        kind="gradient", stream=1, queries=lambda steps: steps + 1,
+        passes=lambda steps, classes: (steps + 1, steps + 1), reference=_REFERENCE,
+    ),
+    AttackInfo(
+        name="apgd-t", run=_run_targeted, norms=("linf", "l2"), targeted=True,
+        kind="gradient", stream=2, queries=lambda steps: steps + 1,
+        passes=lambda steps, classes: (steps + 2, steps + 1), options=("targets",),
+        reference=_REFERENCE,
+    ),
+)  # fmt: skip

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from advjax.attacks._attack_info import AttackInfo, BatchRun
 from advjax.attacks._checks import check_finite_logits
 from advjax.attacks._fab_projection import projection_l2, projection_linf
 from advjax.backend import fast_path
@@ -319,3 +320,32 @@ def fab(
     return FABResult(
         x_adv=x_adv, broken=found | ~correct, distance=jnp.where(correct, best_dist, 0.0)
     )
+
+
+# ---------------------------------------------------------------------------
+# Declarations for the runners (`advjax.attacks.ATTACKS`).
+
+
+def _declare(targeted: bool):
+    def run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -> BatchRun:
+        del restart, options
+        r = fab(
+            logits_fn, x, y, eps, key=keys, norm=norm, targeted=targeted, n_target_classes=1,
+            first_target=target if targeted else 0, steps=steps, restarts=1, eps_init=eps,
+        )  # fmt: skip
+        broken = jnp.where(r.broken & (r.distance <= eps), 2 * steps + 1, -1).astype(jnp.int32)
+        queries = jnp.full(y.shape, 2 * steps + 1, jnp.int32)
+        return BatchRun(r.x_adv, broken, queries, jnp.zeros(y.shape, bool))
+
+    def passes(steps: int, classes: int) -> tuple[int, int]:
+        return 2 * steps + 1, steps * (1 if targeted else classes)
+
+    return AttackInfo(
+        name="fab-t" if targeted else "fab", run=run, norms=("linf", "l2"), targeted=targeted,
+        kind="gradient", stream=4 if targeted else 3, queries=lambda steps: 2 * steps + 1,
+        passes=passes, options=("targets",) if targeted else (), restarts=False,
+        reference="Croce & Hein, ICML 2020 (FAB)",
+    )  # fmt: skip
+
+
+DECLARED = (_declare(targeted=False), _declare(targeted=True))

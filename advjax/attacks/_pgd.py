@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from advjax.attacks import _norms as norms
+from advjax.attacks._attack_info import AttackInfo, BatchRun, option, per_case
 from advjax.attacks._checks import (
     _check_inputs,
     _check_positive_int,
@@ -380,3 +381,74 @@ def pgd(
         loss=loss,
         target=target,
     ).x_adv
+
+
+# ---------------------------------------------------------------------------
+# Declarations for the runners (`advjax.attacks.ATTACKS`).
+
+
+def _search_one(logits_fn, x, labels, eps, keys, first, steps, *, norm, options, target=None):
+    """One restart of `pgd_search` whose key index `first` may be traced."""
+    step_size = option(options, "step_fraction") * eps
+    objective = dict(norm=norm, loss=option(options, "loss"), targeted=target is not None)
+    states = jax.vmap(
+        lambda k: _pgd_single_restart(
+            logits_fn, x, labels if target is None else target, eps, step_size, steps, k,
+            **objective,
+        )
+    )(restart_keys(keys, 1, first))  # fmt: skip
+    x_adv, _ = _select_restart(states)
+    return x_adv, states.broken_step[0]
+
+
+def _run_fgsm(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -> BatchRun:
+    del keys, restart, target, steps, options
+    x_adv = fgsm(logits_fn, x, y, eps, norm=norm)
+    wrong = jnp.argmax(logits_fn(x_adv), axis=-1) != y
+    return BatchRun(x_adv, jnp.where(wrong, 1, -1).astype(jnp.int32), per_case(1, y),
+                    per_case(False, y, bool))  # fmt: skip
+
+
+def _run_pgd(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -> BatchRun:
+    del target
+    x_adv, broken = _search_one(logits_fn, x, y, eps, keys, restart, steps, norm=norm,
+                                options=options)  # fmt: skip
+    return BatchRun(x_adv, broken, per_case(steps, y), per_case(False, y, bool))
+
+
+def _run_pgd_targeted(
+    logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options
+) -> BatchRun:
+    """Towards the class of rank target + 2 (the top class for a case misclassified clean);
+    run (restart, target) draws from fold_in(keys, restart + target). Broken means
+    misclassified as any class; a case misclassified elsewhere than the target without the
+    search noticing counts the whole run."""
+    ranked = jnp.argsort(-logits_fn(x), axis=-1)
+    goal = jnp.take_along_axis(ranked, jnp.full((len(y), 1), target + 1), axis=1)[:, 0]
+    goal = jnp.where(goal == y, ranked[:, 0], goal)
+    x_adv, step = _search_one(logits_fn, x, y, eps, keys, restart + target, steps, norm=norm,
+                              options=options, target=goal)  # fmt: skip
+    wrong = jnp.argmax(logits_fn(x_adv), axis=-1) != y
+    broken = jnp.where(wrong, jnp.where(step >= 0, step, steps), -1).astype(jnp.int32)
+    return BatchRun(x_adv, broken, per_case(steps, y), per_case(False, y, bool))
+
+
+DECLARED = (
+    AttackInfo(
+        name="fgsm", run=_run_fgsm, norms=("linf", "l2"), targeted=False, kind="gradient",
+        stream=6, queries=lambda steps: 1, passes=lambda steps, classes: (2, 1),
+        restarts=False, steps=1, reference="Goodfellow, Shlens & Szegedy, ICLR 2015",
+    ),
+    AttackInfo(
+        name="pgd", run=_run_pgd, norms=("linf", "l2"), targeted=False, kind="gradient",
+        stream=7, queries=lambda steps: steps, passes=lambda steps, classes: (steps + 1, steps),
+        options=("loss", "step_fraction"), reference="Madry et al., ICLR 2018",
+    ),
+    AttackInfo(
+        name="pgd-t", run=_run_pgd_targeted, norms=("linf", "l2"), targeted=True,
+        kind="gradient", stream=8, queries=lambda steps: steps,
+        passes=lambda steps, classes: (steps + 3, steps),
+        options=("loss", "step_fraction", "targets"), restarts=False,
+        reference="Madry et al., ICLR 2018 (targeted)",
+    ),
+)  # fmt: skip

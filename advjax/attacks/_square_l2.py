@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from advjax.attacks._attack_info import AttackInfo, BatchRun, option
 from advjax.attacks._checks import (
     check_budget,
 )
@@ -26,6 +27,7 @@ from advjax.attacks._square import (
     checked_search_inputs,
     p_schedule,
     random_search,
+    square_linf,
 )
 from advjax.types import Array, ArrayLike, LogitsFn
 
@@ -207,3 +209,29 @@ def square_l2(
         logits_fn, x, y, eps, keys, queries=queries, sides=jnp.asarray(sides),
         start=_make_start(height, width, x.dtype), propose=_make_proposal(sides, x.dtype),
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------
+# Declaration for the runners (`advjax.attacks.ATTACKS`): Square in either norm.
+
+
+def _run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -> BatchRun:
+    """Restart 0 draws from `keys`, restart r > 0 from fold_in(keys, r); `steps` is the
+    query budget."""
+    del target
+    if restart:
+        keys = jax.vmap(jax.random.fold_in, (0, None))(keys, restart)
+    search = square_linf if norm == "linf" else square_l2
+    r = search(logits_fn, x, y, eps, key=keys, queries=steps, p_init=option(options, "p_init"))
+    return BatchRun(
+        r.x_adv, jnp.where(r.success, r.queries_used, -1), r.queries_used, r.budget_exhausted
+    )
+
+
+DECLARED = (
+    AttackInfo(
+        name="square", run=_run, norms=("linf", "l2"), targeted=False, kind="score", stream=5,
+        queries=lambda steps: steps, passes=lambda steps, classes: (steps, 0),
+        options=("p_init",), reference="Andriushchenko et al., ECCV 2020",
+    ),
+)  # fmt: skip

@@ -24,12 +24,14 @@ import numpy as np
 
 from advjax._jit_argument import as_jit_argument
 from advjax.attacks._norms import perturbation_norm
+from advjax.attacks._registry import ATTACKS
 from advjax.evaluation._autoattack_checks import run_checks, validate_inputs
 from advjax.evaluation._autoattack_engine import JUDGE_DRAWS, attack_members, eot_logits
 from advjax.evaluation._metrics import rate
 from advjax.evaluation._sanity import Check
 
-METHODS = ("apgd-ce", "apgd-dlr", "apgd-t", "fab", "fab-t", "square")
+METHODS = tuple(ATTACKS)
+"""The methods a member can run: every attack of `advjax.attacks.ATTACKS`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,11 +39,13 @@ class Member:
     """One member of the ensemble and its budget.
 
     Attributes:
-      method: one of `METHODS`.
+      method: an attack of `advjax.attacks.ATTACKS` (AutoAttack's: "apgd-ce", "apgd-dlr",
+        "apgd-t", "fab", "fab-t", "square").
       restarts: random restarts (per target for the targeted members).
-      steps: iterations per run (APGD, FAB).
-      targets: target classes of APGD-T / FAB-T (ranks 2 .. targets + 1 of the clean logits).
-      queries: model queries per restart of Square (L-inf or L2).
+      steps: iterations per run of a gradient attack.
+      targets: target classes of a targeted member (ranks 2 .. targets + 1 of the clean
+        logits).
+      queries: model queries per restart of a score-based member (Square, L-inf or L2).
       p_init: Square's initial share of pixels in a square (AutoAttack's 0.8).
       eot: gradient draws averaged per step (expectation over transformation), for a random
         `logits_fn(x, key)`; 1 for a deterministic model.
@@ -56,7 +60,7 @@ class Member:
     eot: int = 1
 
     def __post_init__(self):
-        if self.method not in METHODS:
+        if self.method not in ATTACKS:
             raise ValueError(f"member method={self.method!r} must be one of {METHODS}")
         for name in ("restarts", "steps", "targets", "queries", "eot"):
             value = getattr(self, name)
@@ -64,8 +68,13 @@ class Member:
                 raise ValueError(f"member {name}={value!r} must be an integer >= 1")
         if not 0 < self.p_init <= 1:
             raise ValueError(f"member p_init={self.p_init!r} must be in (0, 1]")
-        if self.eot > 1 and not self.method.startswith("apgd"):
-            raise ValueError(f"eot={self.eot} is supported by the APGD members only")
+        if self.eot > 1 and self.info.kind != "gradient":
+            raise ValueError(f"eot={self.eot} is for gradient members, not {self.method!r}")
+
+    @property
+    def info(self):
+        """The method's registry entry (`advjax.attacks.AttackInfo`)."""
+        return ATTACKS[self.method]
 
     @property
     def name(self) -> str:
@@ -73,24 +82,30 @@ class Member:
 
     @property
     def stream(self) -> int:
-        """The member's key stream: fold_in(case key, stream), from its method alone, so a
-        member run alone draws what it draws inside any ensemble."""
-        return METHODS.index(self.method)
+        """The member's key stream: fold_in(case key, stream), its method's fixed stream in
+        the registry, so a member run alone draws what it draws inside any ensemble."""
+        return self.info.stream
+
+    @property
+    def run_steps(self) -> int:
+        """The steps one run takes: `queries` for a score-based member, else `steps`."""
+        return self.queries if self.info.kind == "score" else self.steps
 
     @property
     def queries_per_run(self) -> int:
-        """Model queries one run spends on a case at most: APGD (steps + 1) gradients of
-        `eot` draws each, FAB 2 steps + 1 (a forward and a Jacobian per step), Square its
-        query budget. The records' per-case queries are counted the same way."""
-        if self.method.startswith("apgd"):
-            return (self.steps + 1) * self.eot
-        if self.method in ("fab", "fab-t"):
-            return 2 * self.steps + 1
-        return self.queries
+        """Model queries one run spends on a case at most (the registry's count, e.g. APGD
+        steps + 1 gradients, FAB 2 steps + 1, Square its budget), times `eot` draws. The
+        records' per-case queries are counted the same way."""
+        return self.info.queries(self.run_steps) * self.eot
+
+    def passes_per_run(self, classes: int) -> tuple[int, int]:
+        """(forward, backward) model passes one run spends on a case at most."""
+        forward, backward = self.info.passes(self.run_steps, classes)
+        return forward * self.eot, backward * self.eot
 
     def runs(self) -> list[tuple[int, int]]:
         """(target, restart) of every run, in order (target 0 for untargeted members)."""
-        targets = self.targets if self.method in ("apgd-t", "fab-t") else 1
+        targets = self.targets if self.info.targeted else 1
         return [(t, r) for t in range(targets) for r in range(self.restarts)]
 
 

@@ -116,21 +116,20 @@ def probe_checks(logits_fn, x, y, *, random_model: bool) -> list[Check]:
 
 
 def black_box_check(broken_by, members) -> list[Check]:
-    """Square (black-box) breaking cases that every earlier white-box member left robust
-    points at masked gradients; empty when no white-box member runs before Square."""
-    names = [m.method for m in members]
-    if "square" not in names:
+    """A score-based (black-box) member breaking cases that every earlier white-box member
+    left robust points at masked gradients; empty when no gradient member runs before the
+    first score-based one."""
+    kinds = [m.info.kind for m in members]
+    if "score" not in kinds or "gradient" not in kinds[: kinds.index("score")]:
         return []
-    s = names.index("square")
-    if not any(n != "square" for n in names[:s]):
-        return []
+    s = kinds.index("score")
     extra = int(np.sum(np.asarray(broken_by) == s))
     return [
         Check(
             "black_box_not_stronger",
             extra == 0,
-            f"Square broke {extra} cases every earlier white-box member left robust "
-            "(> 0 suggests masked gradients)",
+            f"{members[s].name.capitalize()} broke {extra} cases every earlier white-box member "
+            "left robust (> 0 suggests masked gradients)",
         )
     ]
 

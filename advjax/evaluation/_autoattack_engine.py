@@ -15,11 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax._jit_argument import as_jit_argument
-from advjax.attacks._apgd import apgd, apgd_with_loss
-from advjax.attacks._fab import fab
-from advjax.attacks._losses import per_example_cross_entropy, per_example_targeted_dlr
-from advjax.attacks._square import square_linf
-from advjax.attacks._square_l2 import square_l2
+from advjax.attacks._losses import per_example_cross_entropy
+from advjax.attacks._registry import ATTACKS
 from advjax.evaluation._early_stop import _batches
 
 JUDGE_DRAWS = 20  # a random model's verdict: the mean logits over this many fresh draws
@@ -66,7 +63,6 @@ def make_run(logits_fn, member, *, norm: str, random_model: bool) -> Callable:
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def _run_program(member, norm, random_model, logits_fn, x, y, eps, keys, target, restart):
-    method = member.method
     run_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, 1000 * target + restart)
     if random_model:
         # EOT: the attack ascends the mean over `eot` draws; the verdict takes fresh draws
@@ -74,28 +70,14 @@ def _run_program(member, norm, random_model, logits_fn, x, y, eps, keys, target,
         judge = eot_logits(logits_fn, run_keys, JUDGE_DRAWS, offset=member.eot)
     else:
         craft = judge = logits_fn
-    common = dict(steps=member.steps, norm=norm, key=run_keys)
-    if method in ("apgd-ce", "apgd-dlr"):
-        x_adv = apgd(craft, x, y, eps, loss=method.removeprefix("apgd-"), **common).x_adv
-        spent = member.queries_per_run
-    elif method == "apgd-t":
-        ranked = jnp.argsort(craft(x), axis=-1, descending=True)
-        goal = jnp.take_along_axis(ranked, jnp.full((len(y), 1), target + 1), axis=1)[:, 0]
-        loss_fn = lambda logits, labels: per_example_targeted_dlr(logits, labels, goal)  # noqa: E731
-        x_adv = apgd_with_loss(craft, loss_fn, x, y, eps, **common).x_adv
-        spent = member.queries_per_run
-    elif method in ("fab", "fab-t"):
-        targeted = method == "fab-t"
-        x_adv = fab(
-            craft, x, y, eps, key=run_keys, norm=norm, targeted=targeted,
-            n_target_classes=1, first_target=target if targeted else 0,
-            steps=member.steps, restarts=1, eps_init=eps,
-        ).x_adv  # fmt: skip
-        spent = member.queries_per_run
-    else:
-        square = square_linf if norm == "linf" else square_l2
-        r = square(craft, x, y, eps, key=run_keys, queries=member.queries, p_init=member.p_init)
-        x_adv, spent = r.x_adv, r.queries_used
+    info = ATTACKS[member.method]
+    r = info.run(
+        craft, x, y, eps, keys=run_keys, restart=0, target=target, norm=norm,
+        steps=member.run_steps,
+        options={"p_init": member.p_init, "targets": member.targets, "loss": "ce",
+                 "step_fraction": 0.25},
+    )  # fmt: skip
+    x_adv, spent = r.x_adv, r.queries * member.eot
     logits = judge(x_adv)
     queries = jnp.broadcast_to(jnp.asarray(spent, jnp.int32), y.shape)
     return x_adv, jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y), queries

@@ -46,13 +46,13 @@ def autoattack_threat_model(eps: float, members: Sequence[Member], norm: str) ->
 
     The declared queries bound every case's total: each run of a gradient member at
     max(2 steps + 1, its own `queries_per_run`) (FAB's cost, which bounds a deterministic
-    APGD run; the form keeps the digests of committed records), each Square run at its
-    budget.
+    APGD run; the form keeps the digests of committed records), each run of a score-based
+    member at its budget.
     """
     steps = max(m.steps for m in members)
     queries = sum(
         m.queries * m.restarts
-        if m.method == "square"
+        if m.info.kind == "score"
         else max(2 * m.steps + 1, m.queries_per_run) * len(m.runs())
         for m in members
     )

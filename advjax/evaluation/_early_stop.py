@@ -21,12 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax._jit_argument import as_jit_argument
-from advjax.attacks._apgd import apgd, apgd_targeted
 from advjax.attacks._losses import per_example_cross_entropy
-from advjax.attacks._pgd import PGDState, fgsm, pgd_finish, pgd_search, pgd_start, restart_keys
+from advjax.attacks._pgd import PGDState, pgd_finish, pgd_start, restart_keys
 from advjax.attacks._pgd import pgd_steps as run_pgd_steps
-from advjax.attacks._square import square_linf
-from advjax.attacks._square_l2 import square_l2
+from advjax.attacks._registry import ATTACKS
 from advjax.evaluation._attack_spec import AttackSpec
 from advjax.io._progress import Progress
 from advjax.types import LogitsFn
@@ -36,7 +34,7 @@ class Program(NamedTuple):
     """The jitted pieces of one attack on one model.
 
     search(x, y, eps, keys, restart) -> (clean_pred, x_adv, adv_pred, loss, broken, capped):
-      one whole restart of fgsm, apgd_* or square (broken: queries to the first break).
+      one whole restart of any method but pgd (broken: queries to the first break).
     start(x, y, eps, keys, restart) -> (clean_pred, PGDState)
     steps(state, x, y, eps, start, stop) -> PGDState
     finish(state, y) -> (x_adv, adv_pred, loss, broken_step): pgd, in chunks of steps.
@@ -48,60 +46,34 @@ class Program(NamedTuple):
     finish: Callable
 
 
+def _options(spec: AttackSpec) -> dict:
+    return {name: getattr(spec, name) for name in ATTACKS[spec.method].options}
+
+
 def _search(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, keys, restart):
-    """(x_adv, broken, capped) of one restart of a non-chunked method."""
-    never = jnp.full(y.shape, -1, jnp.int32)
-    if spec.method == "fgsm":
-        x_adv = fgsm(craft_fn, x, y, eps, norm=spec.norm)
-        wrong = jnp.argmax(craft_fn(x_adv), axis=-1) != y
-        return x_adv, jnp.where(wrong, 1, -1).astype(jnp.int32), jnp.zeros_like(wrong)
-    if spec.method == "square":
-        keys = restart_keys(keys, 1, restart)[0]
-        square = square_linf if spec.norm == "linf" else square_l2
-        r = square(craft_fn, x, y, eps, key=keys, queries=spec.steps, p_init=spec.p_init)
-        return r.x_adv, jnp.where(r.success, r.queries_used, -1), r.budget_exhausted
-    common = dict(key=keys, steps=spec.steps, restarts=1, first_restart=restart, norm=spec.norm)
-    if spec.method == "pgd_t":
-        return _targeted_pgd(craft_fn, spec, x, y, eps, common)
-    if spec.method == "apgd_t":
-        r = apgd_targeted(craft_fn, x, y, eps, target_ranks=range(2, 2 + spec.targets), **common)
-        hit = r.broken_step >= 0  # (targets, batch), targets in order
-        first = jnp.argmax(hit, axis=0)
-        step = jnp.take_along_axis(r.broken_step, first[None], axis=0)[0]
-        broken = jnp.where(hit.any(axis=0), first * spec.steps + step, never)
-        return r.x_adv, broken.astype(jnp.int32), jnp.zeros(y.shape, bool)
-    r = apgd(craft_fn, x, y, eps, loss=spec.method.removeprefix("apgd_"), **common)
-    return r.x_adv, r.broken_step[0], jnp.zeros(y.shape, bool)
+    """(x_adv, broken, capped) of one restart of a method run whole (every method but pgd).
 
-
-def _targeted_pgd(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, common):
-    """Targeted PGD towards the 2nd .. (targets + 1)th highest clean logit in turn; a case
-    is broken once misclassified (any class), at the first target that does it."""
-    ranked = jnp.argsort(-craft_fn(x), axis=-1)
+    A targeted method runs its targets one after another; a case is final at the first
+    target that breaks it (broken: the queries of the earlier targets plus this one's),
+    else keeps the point of highest cross-entropy over the targets."""
+    info = ATTACKS[spec.method]
+    common = dict(keys=keys, restart=restart, norm=spec.norm, steps=spec.steps,
+                  options=_options(spec))  # fmt: skip
+    if not info.targeted:
+        r = info.run(craft_fn, x, y, eps, target=0, **common)
+        return r.x_adv, r.broken, r.capped
     x_adv, broken = x, jnp.full(y.shape, -1, jnp.int32)
     best_loss = jnp.full(y.shape, -jnp.inf, x.dtype)
+    spent = jnp.zeros(y.shape, jnp.int32)
     for t in range(spec.targets):
-        target = ranked[:, t + 1]
-        target = jnp.where(target == y, ranked[:, 0], target)  # a misclassified clean case
-        r = pgd_search(
-            craft_fn,
-            x,
-            y,
-            eps,
-            step_size=spec.step_fraction * eps,
-            loss=spec.loss,
-            target=target,
-            **(common | {"first_restart": t}),
-        )
-        logits = craft_fn(r.x_adv)
-        wrong = jnp.argmax(logits, axis=-1) != y
-        untargeted = per_example_cross_entropy(logits, y)
-        first = (broken < 0) & wrong
-        keep = first | ((broken < 0) & ~wrong & (untargeted > best_loss))
+        r = info.run(craft_fn, x, y, eps, target=t, **common)
+        untargeted = per_example_cross_entropy(craft_fn(r.x_adv), y)
+        first = (broken < 0) & (r.broken >= 0)
+        keep = first | ((broken < 0) & (r.broken < 0) & (untargeted > best_loss))
         x_adv = jnp.where(keep[:, None, None, None], r.x_adv, x_adv)
         best_loss = jnp.where(keep, untargeted, best_loss)
-        step = r.broken_step[0]  # misclassified elsewhere than the target: count the run
-        broken = jnp.where(first, t * spec.steps + jnp.where(step >= 0, step, spec.steps), broken)
+        broken = jnp.where(first, spent + r.broken, broken)
+        spent = spent + r.queries
     return x_adv, broken, jnp.zeros(y.shape, bool)
 
 

@@ -62,7 +62,7 @@ def linf_specs(steps: int, targets: int, batch_size: int) -> list[AttackSpec]:
     common = dict(eps=(LINF_EPS,), steps=steps, batch_size=batch_size)
     return [
         AttackSpec(name="pgd_margin", method="pgd", loss="margin", **common),
-        AttackSpec(name="pgd_targeted", method="pgd_t", targets=targets, **common),
+        AttackSpec(name="pgd_targeted", method="pgd-t", targets=targets, **common),
     ]
 
 

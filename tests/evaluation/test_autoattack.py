@@ -167,7 +167,7 @@ def test_bad_budgets_keys_versions_and_nan_logits_are_refused(model):
     with pytest.raises(ValueError, match="NaN"):
         autoattack(lambda z: logits_fn(z) * jnp.nan, x, y, EPS, key=jax.random.key(0))
     with pytest.raises(ValueError, match="method"):
-        Member("pgd")
+        Member("cw")
 
 
 @pytest.mark.slow

@@ -234,13 +234,20 @@ def test_transfer_attack_crafts_on_the_surrogate_and_scores_the_target(tmp_path)
 
 @pytest.mark.parametrize(
     "method,steps,restarts",
-    [("apgd_ce", 8, 2), ("apgd_dlr", 8, 1), ("apgd_t", 4, 1), ("square", 60, 1)],
+    [
+        ("apgd-ce", 8, 2),
+        ("apgd-dlr", 8, 1),
+        ("apgd-t", 4, 1),
+        ("square", 60, 1),
+        ("fmn", 20, 1),
+        ("fab-t", 5, 1),
+    ],
 )
 def test_every_method_writes_valid_records_that_replay_bit_exactly(
     tmp_path, method, steps, restarts
 ):
-    """APGD-CE/DLR/T and Square through the campaign: one valid record per case, queries
-    within the worst case (square: its query budget), and each record replays alone."""
+    """APGD-CE/DLR/T, Square, FMN and FAB-T through the campaign: one valid record per case,
+    queries within the worst case (square: its query budget), and each record replays alone."""
     logits_fn = make_linear_logits_fn()
     x, y = make_linear_batch(n=24)
     y = np.asarray(jax.numpy.argmax(logits_fn(x), -1)).astype(np.int32)  # all clean-correct
@@ -281,10 +288,11 @@ def test_every_method_writes_valid_records_that_replay_bit_exactly(
         ("pgd", "l2", "ce", 0.5),
         ("fgsm", "l2", "ce", 0.5),
         ("pgd", "linf", "margin", 4 / 255),
-        ("pgd_t", "linf", "ce", 4 / 255),
-        ("pgd_t", "l2", "margin", 0.5),
-        ("apgd_ce", "l2", "ce", 0.5),
+        ("pgd-t", "linf", "ce", 4 / 255),
+        ("pgd-t", "l2", "margin", 0.5),
+        ("apgd-ce", "l2", "ce", 0.5),
         ("square", "l2", "ce", 0.5),
+        ("fmn", "l2", "ce", 0.5),
     ],
 )
 def test_l2_margin_and_targeted_variants_write_records_that_replay_bit_exactly(

@@ -21,7 +21,7 @@ EPS = 4 / 255
 TM = ThreatModel(eps=(EPS,), steps=20, restarts=1, queries=200)
 MEMBERS = [
     AttackSpec(name="fgsm", method="fgsm", eps=(EPS,), batch_size=16),
-    AttackSpec(name="apgd_ce", method="apgd_ce", eps=(EPS,), steps=10, batch_size=16),
+    AttackSpec(name="apgd_ce", method="apgd-ce", eps=(EPS,), steps=10, batch_size=16),
     AttackSpec(name="square", method="square", eps=(EPS,), steps=200, batch_size=16),
 ]
 

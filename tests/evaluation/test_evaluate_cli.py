@@ -67,6 +67,7 @@ def test_a_model_returning_probabilities_is_held_by_the_gate(tmp_path, capsys):
         (["--model", MODEL, "--eps", "8"], "--eps 8 must be in \\[0, 1\\] for --norm linf"),
         (["--model", "no_colon"], "expected module:function"),
         (["--model", MODEL, "--n", "0"], "--n 0 must be in"),
+        (["--model", MODEL, "--members", "apgd-ce,cw"], "--members 'apgd-ce,cw': expected .*fmn"),
     ],
 )
 @needs_data
@@ -103,6 +104,22 @@ def test_a_second_run_with_the_compile_cache_compiles_nothing_new_and_gives_the_
     assert len(entries) >= 4, "one program per member at least"
     assert run("second") == first
     assert sorted(p.name for p in cache.iterdir()) == entries
+
+
+@needs_data
+def test_a_custom_member_list_from_the_registry_writes_each_members_records(tmp_path, capsys):
+    """`--members apgd-ce,fmn` runs those members in that order (FMN: an attack added through
+    the registry alone), writes records under their names and says so in the summary."""
+    out = tmp_path / "run"
+    assert main(["--model", MODEL, "--n", "20", "--members", "apgd-ce,fmn", "--out", str(out),
+                 "--no-progress"]) == 0  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())["extra"]
+    assert summary["members"] == ["apgd-ce", "fmn"] and summary["version"] == "custom"
+    records = read_records(record_file(out))
+    by_member = {a: {r.case_id for r in records if r.attack == a} for a in ("apgd-ce", "fmn")}
+    robust_after_apgd = {r.case_id for r in records if r.attack == "apgd-ce" and r.status == "failed"}
+    assert by_member["fmn"] == robust_after_apgd, "FMN attacks exactly the cases APGD-CE left"
+    assert "members: apgd-ce, fmn" in capsys.readouterr().out
 
 
 @needs_data

@@ -1,0 +1,118 @@
+"""The attack registry (`advjax.attacks.ATTACKS`): every declared attack, run as the runners
+run it, keeps the threat model's promises; key streams are fixed by name."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from advjax.attacks import ATTACKS, AttackInfo, attack_info, perturbation_norm
+from advjax.attacks._attack_info import registry
+from advjax.evaluation import AttackSpec, Member, autoattack
+from tests.conftest import make_linear_batch, make_linear_logits_fn
+
+EPS = {"linf": 8 / 255, "l2": 0.5}
+STEPS = {"gradient": 10, "score": 80}
+OPTIONS = {"loss": "ce", "p_init": 0.3, "step_fraction": 0.25, "targets": 2}
+CASES = [(name, norm) for name, info in ATTACKS.items() for norm in info.norms]
+
+
+def test_autoattack_streams_are_the_ones_the_committed_records_were_drawn_from():
+    """Regression pin: committed AutoAttack records hold keys fold_in(case key, stream);
+    renumbering a member would silently change every one of its draws."""
+    pinned = {"apgd-ce": 0, "apgd-dlr": 1, "apgd-t": 2, "fab": 3, "fab-t": 4, "square": 5}
+    assert {name: ATTACKS[name].stream for name in pinned} == pinned
+    assert {name: Member(name).stream for name in pinned} == pinned
+
+
+def test_names_and_streams_are_unique_and_a_second_declaration_is_refused():
+    streams = [info.stream for info in ATTACKS.values()]
+    assert len(set(streams)) == len(streams)
+    info = ATTACKS["pgd"]
+    with pytest.raises(ValueError, match="names declared twice"):
+        registry(info, info)
+    with pytest.raises(ValueError, match="streams declared twice"):
+        registry(info, dataclasses.replace(info, name="pgd-copy"))
+
+
+def test_one_spelling_underscored_names_and_unknown_attacks_are_refused():
+    with pytest.raises(ValueError, match="words joined by '-'"):
+        dataclasses.replace(ATTACKS["pgd"], name="pgd_copy")
+    with pytest.raises(ValueError, match="unknown attack 'apgd_ce'.*apgd-ce"):
+        attack_info("apgd_ce")
+    with pytest.raises(ValueError, match="unknown attack method 'pgd_t'"):
+        AttackSpec(name="x", method="pgd_t", eps=(0.1,))
+
+
+def test_every_entry_is_an_attack_info_with_a_cost_for_its_steps():
+    for info in ATTACKS.values():
+        assert isinstance(info, AttackInfo) and info.reference
+        forward, backward = info.passes(10, 10)
+        assert forward >= 1 and backward >= (1 if info.kind == "gradient" else 0)
+        assert info.queries(10) >= 1
+
+
+LOGITS_FN = make_linear_logits_fn()
+
+
+@functools.cache
+def _program(name, norm):
+    info = ATTACKS[name]
+
+    @jax.jit
+    def run(x, y, keys, eps):
+        return info.run(LOGITS_FN, x, y, eps, keys=keys, restart=0, target=1, norm=norm,
+                        steps=info.steps or STEPS[info.kind], options=OPTIONS)  # fmt: skip
+
+    return run
+
+
+def _run(name, norm, eps):
+    x, _ = make_linear_batch(n=12)
+    y = jnp.argmax(LOGITS_FN(x), -1).astype(jnp.int32)  # every case clean-correct
+    keys = jax.vmap(jax.random.fold_in, (None, 0))(jax.random.key(0), jnp.arange(12))
+    r = _program(name, norm)(jnp.asarray(x), y, keys, jnp.float32(eps))
+    return ATTACKS[name], LOGITS_FN, x, y, r
+
+
+@pytest.mark.parametrize("name,norm", CASES)
+def test_every_attack_stays_in_the_ball_and_box_and_its_breaks_are_real(name, norm):
+    """The runners' promises, for every declared attack in every norm it declares: the point
+    is inside the eps-ball and [0, 1], a case reported broken is misclassified there, and
+    no run spends more queries than the registry's count."""
+    info, logits_fn, x, y, r = _run(name, norm, EPS[norm])
+    size = np.asarray(perturbation_norm(r.x_adv - x, norm))
+    assert size.max() <= EPS[norm] * (1 + 1e-5) + 1e-7
+    assert float(r.x_adv.min()) >= 0 and float(r.x_adv.max()) <= 1
+    broken = np.asarray(r.broken) >= 0
+    assert broken.any(), "eps 8/255 (L2 0.5) breaks some cases of the linear model"
+    wrong = np.asarray(jnp.argmax(logits_fn(r.x_adv), -1) != y)
+    np.testing.assert_array_equal(wrong[broken], True)
+    assert int(np.max(r.queries)) <= info.queries(info.steps or STEPS[info.kind])
+
+
+@pytest.mark.parametrize("name,norm", CASES)
+def test_at_eps_zero_every_attack_returns_the_inputs_and_breaks_nothing(name, norm):
+    _, _, x, _, r = _run(name, norm, 0.0)
+    np.testing.assert_array_equal(np.asarray(r.x_adv), x)
+    np.testing.assert_array_equal(np.asarray(r.broken), -1)
+
+
+def test_adding_a_member_never_changes_another_members_draws():
+    """FMN (stream 9) after APGD-CE: APGD-CE's verdicts and points are those it has alone."""
+    logits_fn = make_linear_logits_fn()
+    x, _ = make_linear_batch(n=16)
+    y = np.asarray(jnp.argmax(logits_fn(x), -1)).astype(np.int32)
+    key = jax.random.key(7)
+    alone = autoattack(logits_fn, x, y, 4 / 255, key=key, members=[Member("apgd-ce", steps=10)],
+                       checks=False)  # fmt: skip
+    both = autoattack(logits_fn, x, y, 4 / 255, key=key, checks=False,
+                      members=[Member("apgd-ce", steps=10), Member("fmn", steps=20)])  # fmt: skip
+    first = alone.broken_by == 0
+    assert first.any() and (~first).any()
+    np.testing.assert_array_equal(both.broken_by == 0, first)
+    np.testing.assert_array_equal(both.x_adv[first], alone.x_adv[first])
+    assert not (both.robust & ~alone.robust).any(), "a stronger list never leaves more robust"
