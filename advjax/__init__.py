@@ -21,6 +21,7 @@ from advjax.attacks import (
     fmn,
     pgd,
     pgd_search,
+    square,
     square_l2,
     square_linf,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "pgd",
     "pgd_search",
     "save_checkpoint",
+    "square",
     "square_l2",
     "square_linf",
     "study_splits",

@@ -55,7 +55,7 @@ from advjax.attacks._square import (
     square_linf,
     square_sides,
 )
-from advjax.attacks._square_l2 import square_l2
+from advjax.attacks._square_l2 import square, square_l2
 
 __all__ = [
     "apgd",
@@ -97,6 +97,7 @@ __all__ = [
     "projection_linf",
     "random_start",
     "restart_keys",
+    "square",
     "square_l2",
     "square_linf",
     "square_sides",

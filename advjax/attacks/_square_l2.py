@@ -21,6 +21,7 @@ from advjax.attacks._attack_info import AttackInfo, BatchRun, option
 from advjax.attacks._checks import (
     check_budget,
 )
+from advjax.attacks._norms import check_norm
 from advjax.attacks._square import (
     SquareResult,
     _square_window,
@@ -209,6 +210,32 @@ def square_l2(
         logits_fn, x, y, eps, keys, queries=queries, sides=jnp.asarray(sides),
         start=_make_start(height, width, x.dtype), propose=_make_proposal(sides, x.dtype),
     )  # fmt: skip
+
+
+def square(
+    logits_fn: LogitsFn,
+    x: ArrayLike,
+    y: ArrayLike,
+    eps: float | ArrayLike,
+    *,
+    key: jax.Array,
+    norm: str = "linf",
+    queries: int = 5000,
+    p_init: float | None = None,
+) -> SquareResult:
+    """Square attack in the threat model's norm: `square_linf` or `square_l2`, with their
+    arguments (`p_init=None`: 0.05 for L-inf, as Andriushchenko et al.; 0.8 for L2).
+
+    Example:
+      >>> result = square(logits_fn, x, y, 0.5, key=jax.random.key(0), norm="l2")
+
+    Reference: Andriushchenko, Croce, Flammarion & Hein, "Square Attack: a query-efficient
+    black-box adversarial attack via random search", ECCV 2020.
+    """
+    check_norm(norm)
+    search = square_linf if norm == "linf" else square_l2
+    options = {} if p_init is None else {"p_init": p_init}
+    return search(logits_fn, x, y, eps, key=key, queries=queries, **options)
 
 
 # ---------------------------------------------------------------------------

@@ -3,8 +3,8 @@ records, every number from the records (with counts and Wilson intervals), paire
 comparisons of two models on the same cases, sanity checks, the run summary and the release
 gate.
 
-The pipeline: `ThreatModel` + `AttackSpec` -> `run_attack` / `run_ensemble` (records, with
-early stop) -> `aggregate_records` -> `run_checks` -> `run_summary` -> `decide`.
+The pipeline: `ThreatModel` + `AttackSpec` -> `run_attack` / `run_autoattack` (records, with
+early stop, on one engine) -> `aggregate_records` -> `run_checks` -> `run_summary` -> `decide`.
 """
 
 from advjax.evaluation._aggregate import (
@@ -29,17 +29,16 @@ from advjax.evaluation._autoattack import (
     cumulative_accuracy,
     resolve_members,
 )
-from advjax.evaluation._autoattack_engine import (
-    Decided,
-    attack_members,
-    eot_logits,
-)
 from advjax.evaluation._autoattack_records import (
     AUTOATTACK,
     autoattack_records,
     autoattack_threat_model,
     member_hash,
     run_autoattack,
+)
+from advjax.evaluation._autoattack_stages import (
+    attack_members,
+    eot_logits,
 )
 from advjax.evaluation._batch import (
     make_attack_fn,
@@ -55,11 +54,6 @@ from advjax.evaluation._early_stop import (
     Program,
     attack_cases,
     make_program,
-)
-from advjax.evaluation._ensemble import (
-    ENSEMBLE,
-    ensemble_records,
-    run_ensemble,
 )
 from advjax.evaluation._gate import (
     EXIT_CODES,
@@ -152,11 +146,8 @@ __all__ = [
     "classify_status",
     "cumulative_accuracy",
     "decide",
-    "Decided",
     "Decision",
     "EXIT_CODES",
-    "ENSEMBLE",
-    "ensemble_records",
     "eot_logits",
     "find_group",
     "format_decision",
@@ -190,7 +181,6 @@ __all__ = [
     "run_attack",
     "run_autoattack",
     "run_checks",
-    "run_ensemble",
     "run_summary",
     "SCHEMA",
     "STATUSES",

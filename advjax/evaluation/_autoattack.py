@@ -26,7 +26,7 @@ from advjax._jit_argument import as_jit_argument
 from advjax.attacks._norms import perturbation_norm
 from advjax.attacks._registry import ATTACKS
 from advjax.evaluation._autoattack_checks import run_checks, validate_inputs
-from advjax.evaluation._autoattack_engine import JUDGE_DRAWS, attack_members, eot_logits
+from advjax.evaluation._autoattack_stages import JUDGE_DRAWS, attack_members, eot_logits
 from advjax.evaluation._metrics import rate
 from advjax.evaluation._sanity import Check
 
@@ -260,20 +260,20 @@ def autoattack(
         random_model=random_model, start_member=start, mesh=mesh, mesh_axis=mesh_axis,
         on_run=on_run,
     )  # fmt: skip
-    broken_by = np.where(clean_correct, out["broken_by"], -2)
+    broken_by = np.where(clean_correct, out.broken_by, -2)
     robust = clean_correct & (broken_by == -1)
     found = tuple(
-        run_checks(logits_fn, x, y, eps, out["x_adv"], broken_by, members, norm=norm,
+        run_checks(logits_fn, x, y, eps, out.x_adv, broken_by, members, norm=norm,
                    random_model=random_model)
     ) if checks else ()  # fmt: skip
     if checks:
         found += (eps_zero_check(logits_fn, x, y, clean_correct, members, norm, key, random_model),)
     return AutoAttackResult(
-        x_adv=out["x_adv"],
+        x_adv=out.x_adv,
         clean_correct=clean_correct,
         robust=robust,
         broken_by=broken_by,
-        queries=out["queries"],
+        queries=out.queries,
         members=members,
         robust_accuracy=cumulative_accuracy(clean_correct, broken_by, members),
         checks=found,
@@ -289,8 +289,8 @@ def eps_zero_check(logits_fn, x, y, clean_correct, members, norm, key, random_mo
         logits_fn, x[cases], y[cases], 0.0, key=key, members=members, norm=norm,
         batch_size=len(cases), random_model=random_model,
     )  # fmt: skip
-    moved = float(np.abs(out["x_adv"] - x[cases]).max())
-    broken = int(np.sum(out["broken_by"] >= 0))
+    moved = float(np.abs(out.x_adv - x[cases]).max())
+    broken = int(np.sum(out.broken_by >= 0))
     return Check(
         "eps_zero_equals_clean",
         broken == 0 and moved == 0.0,

@@ -21,7 +21,7 @@ from advjax.evaluation._autoattack import (
     perturbation_sizes,
     resolve_members,
 )
-from advjax.evaluation._autoattack_engine import attack_members
+from advjax.evaluation._autoattack_stages import attack_members
 from advjax.evaluation._campaign import check_record_hashes
 from advjax.evaluation._records import ROBUST_STATUSES, CaseRecord, classify_status
 from advjax.evaluation._threat_model import ThreatModel
@@ -134,7 +134,7 @@ def run_autoattack(
     start[clean != y] = len(members)
 
     def on_decided(d):
-        member = members[d.member]
+        member = members[d.stage]
         log.append(
             [
                 _record(
@@ -144,8 +144,8 @@ def run_autoattack(
                     y,
                     clean,
                     x[i],
-                    d.x_adv[i],
-                    float(d.loss[i]),
+                    d.stage_x[i],
+                    float(d.stage_loss[i]),
                     int(d.queries[i]),
                     d.run,
                     eps,

@@ -1,4 +1,5 @@
-"""Attacking many cases without spending compute on cases that are already broken.
+"""A campaign attack's programs, and its restarts at one eps as a stage of the engine
+(`advjax.evaluation._engine`).
 
 Under the "ever broken" rule a case's outcome is final at the first misclassified
 iterate, so PGD runs in chunks of steps, and between chunks the still-unbroken cases are
@@ -26,6 +27,7 @@ from advjax.attacks._pgd import PGDState, pgd_finish, pgd_start, restart_keys
 from advjax.attacks._pgd import pgd_steps as run_pgd_steps
 from advjax.attacks._registry import ATTACKS
 from advjax.evaluation._attack_spec import AttackSpec
+from advjax.evaluation._engine import RunResult, attack_stages, padded_batches
 from advjax.io._progress import Progress
 from advjax.types import LogitsFn
 
@@ -155,11 +157,81 @@ class Outcome:
     capped: np.ndarray  # the search stopped at its query cap without success
 
 
-def _batches(index: np.ndarray, size: int):
-    """Chunks of `index`, each padded with its first entry to `size` (one compiled shape)."""
-    for start in range(0, len(index), size):
-        part = index[start : start + size]
-        yield part, np.concatenate([part, np.full(size - len(part), part[0], part.dtype)])
+class _CampaignStage:
+    """A campaign attack at one eps as a stage of the engine: its restarts, in batches of
+    `spec.batch_size` (part of the config: replay uses it); pgd in chunks of steps with the
+    broken cases compacted out between chunks, every other method one whole restart per
+    batch. `out` collects what the records need."""
+
+    def __init__(self, program: Program, spec: AttackSpec, x, y, eps: float, keys, out):
+        self.program, self.spec, self.x, self.y, self.keys, self.out = (
+            program,
+            spec,
+            x,
+            y,
+            keys,
+            out,
+        )
+        self.eps = jnp.float32(eps)
+        # At eps 0 every iterate of every restart is x itself: the first evaluation decides.
+        self.steps, restarts = (1, 1) if eps == 0 and spec.method == "pgd" else (
+            spec.steps, spec.restarts)  # fmt: skip
+        self.runs = list(range(restarts))
+
+    def _result(self, part, x_adv, adv, loss, broken, capped=None) -> RunResult:
+        spent = np.where(broken >= 0, broken, self.spec.steps_per_restart)
+        capped = np.zeros(len(part), bool) if capped is None else capped
+        return RunResult(x_adv, adv, loss, broken >= 0, broken, spent, capped)
+
+    def run_cases(self, todo, restart, number):
+        if self.spec.method != "pgd":
+            yield from self._search(todo, restart)
+        else:
+            yield from self._chunked(todo, restart)
+
+    def _search(self, todo, restart):
+        x, y, keys, out = self.x, self.y, self.keys, self.out
+        for part, index in padded_batches(todo, self.spec.batch_size):
+            clean, x_adv, adv, loss, broken, capped = (
+                np.asarray(a)[: len(part)]
+                for a in self.program.search(x[index], y[index], self.eps, keys[index], restart)
+            )
+            out.clean_pred[part] = clean
+            yield part, self._result(part, x_adv, adv, loss, broken, capped)
+
+    def _chunked(self, todo, restart):
+        x, y, keys, out, spec, program = (
+            self.x,
+            self.y,
+            self.keys,
+            self.out,
+            self.spec,
+            self.program,
+        )
+        n = len(y)
+        fields = [np.zeros((n, *x.shape[1:]), np.float32), None, np.zeros(n, np.float32),
+                  np.zeros(n, np.int32)]  # fmt: skip
+        fields[1] = np.zeros_like(fields[0])
+        for part, index in padded_batches(todo, spec.batch_size):
+            clean, state = program.start(x[index], y[index], self.eps, keys[index], restart)
+            out.clean_pred[part] = np.asarray(clean)[: len(part)]
+            for field, value in zip(fields, state):
+                field[part] = np.asarray(value)[: len(part)]
+        active = todo
+        for lo, hi in chunk_bounds(self.steps, spec.chunk_steps):
+            for part, index in padded_batches(active, spec.batch_size):
+                state = PGDState(*(jnp.asarray(f[index]) for f in fields))
+                state = program.steps(state, x[index], y[index], self.eps, lo, hi)
+                for field, value in zip(fields, state):
+                    field[part] = np.asarray(value)[: len(part)]
+            ended = active if hi == self.steps else active[fields[3][active] >= 0]
+            for part, index in padded_batches(ended, spec.batch_size):
+                state = PGDState(*(jnp.asarray(f[index]) for f in fields))
+                results = [np.asarray(a)[: len(part)] for a in program.finish(state, y[index])]
+                if len(self.runs) < spec.restarts:  # eps 0: the restarts not run repeat this one
+                    out.by_restart[len(self.runs) :, part[results[3] < 0]] = -1
+                yield part, self._result(part, *results)
+            active = np.setdiff1d(active, ended)
 
 
 def attack_cases(
@@ -173,7 +245,8 @@ def attack_cases(
     on_final: Callable[[np.ndarray, Outcome], None],
     progress: Progress | None = None,
 ) -> Outcome:
-    """Attack every case at eps; call `on_final(positions, outcome)` as cases become final.
+    """Attack every case at eps on the engine (`attack_stages`, one stage); call
+    `on_final(positions, outcome)` as cases become final.
 
     A case is final when a restart breaks it (the earliest breaking restart decides, at
     its first misclassified iterate) or after the last restart (the highest-loss input
@@ -188,74 +261,26 @@ def attack_cases(
         by_restart=np.full((spec.restarts, n), -2, np.int32),
         capped=np.zeros(n, bool),
     )
-    eps_value = jnp.float32(eps)
 
-    def settle(index: np.ndarray, x_adv, adv, loss, broken, restart, last, capped=None) -> None:
-        out.by_restart[restart, index] = broken
-        if capped is not None:
-            out.capped[index] = capped & (broken < 0)
-        better = (broken >= 0) | (loss > out.loss[index])
+    stage = _CampaignStage(program, spec, x, y, eps, keys, out)
+
+    def settle(_, restart: int, index: np.ndarray, r: RunResult) -> None:
+        """Keep the run's points, and report the final cases of the batch in case order."""
+        out.by_restart[restart, index] = r.step
+        if spec.method != "pgd":
+            out.capped[index] = r.capped & (r.step < 0)
+        better = r.broken | (r.loss > out.loss[index])
         take = index[better]
         out.adv_pred[take], out.loss[take], out.x_adv[take] = (
-            adv[better],
-            loss[better],
-            x_adv[better],
+            r.adv_pred[better],
+            r.loss[better],
+            r.x_adv[better],
         )
-        done = index[(broken >= 0) | last]
+        done = index[r.broken | (restart == len(stage.runs) - 1)]
         if len(done):
             on_final(done, out)
             if progress is not None:
                 progress.update(len(done))
 
-    if spec.method != "pgd":
-        remaining = np.arange(n)
-        for restart in range(spec.restarts):
-            last = restart == spec.restarts - 1
-            for part, index in _batches(remaining, spec.batch_size):
-                clean, x_adv, adv, loss, broken, capped = (
-                    np.asarray(a)[: len(part)]
-                    for a in program.search(x[index], y[index], eps_value, keys[index], restart)
-                )
-                out.clean_pred[part] = clean
-                settle(part, x_adv, adv, loss, broken, restart, last, capped)
-            remaining = remaining[out.by_restart[restart, remaining] < 0]
-            if not len(remaining):
-                break
-        return out
-
-    # At eps 0 every iterate of every restart is x itself: the first evaluation decides.
-    steps, restarts = (1, 1) if eps == 0 else (spec.steps, spec.restarts)
-    remaining = np.arange(n)
-    for restart in range(restarts):
-        last = restart == restarts - 1
-        fields = [
-            np.zeros((n, *x.shape[1:]), np.float32),
-            None,
-            np.zeros(n, np.float32),
-            np.zeros(n, np.int32),
-        ]
-        fields[1] = np.zeros_like(fields[0])
-        for part, index in _batches(remaining, spec.batch_size):
-            clean, state = program.start(x[index], y[index], eps_value, keys[index], restart)
-            out.clean_pred[part] = np.asarray(clean)[: len(part)]
-            for field, value in zip(fields, state):
-                field[part] = np.asarray(value)[: len(part)]
-        active = remaining
-        for lo, hi in chunk_bounds(steps, spec.chunk_steps):
-            for part, index in _batches(active, spec.batch_size):
-                state = PGDState(*(jnp.asarray(f[index]) for f in fields))
-                state = program.steps(state, x[index], y[index], eps_value, lo, hi)
-                for field, value in zip(fields, state):
-                    field[part] = np.asarray(value)[: len(part)]
-            ended = active if hi == steps else active[fields[3][active] >= 0]
-            for part, index in _batches(ended, spec.batch_size):
-                state = PGDState(*(jnp.asarray(f[index]) for f in fields))
-                results = [np.asarray(a)[: len(part)] for a in program.finish(state, y[index])]
-                if restarts < spec.restarts:  # eps 0: the restarts not run repeat this one
-                    out.by_restart[restarts:, part[results[3] < 0]] = -1
-                settle(part, *results, restart, last)
-            active = np.setdiff1d(active, ended)
-        remaining = remaining[out.by_restart[restart, remaining] < 0]
-        if not len(remaining):
-            break
+    attack_stages([stage], x, y, on_result=settle)
     return out

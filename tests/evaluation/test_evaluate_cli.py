@@ -117,7 +117,9 @@ def test_a_custom_member_list_from_the_registry_writes_each_members_records(tmp_
     assert summary["members"] == ["apgd-ce", "fmn"] and summary["version"] == "custom"
     records = read_records(record_file(out))
     by_member = {a: {r.case_id for r in records if r.attack == a} for a in ("apgd-ce", "fmn")}
-    robust_after_apgd = {r.case_id for r in records if r.attack == "apgd-ce" and r.status == "failed"}
+    robust_after_apgd = {
+        r.case_id for r in records if r.attack == "apgd-ce" and r.status == "failed"
+    }
     assert by_member["fmn"] == robust_after_apgd, "FMN attacks exactly the cases APGD-CE left"
     assert "members: apgd-ce, fmn" in capsys.readouterr().out
 

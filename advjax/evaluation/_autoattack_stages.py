@@ -1,5 +1,6 @@
-"""The engine of AutoAttack: each member's runs (targets and restarts) in compiled batches,
-over the cases still robust, with broken cases leaving the batch between runs.
+"""AutoAttack's members as stages of the engine (`advjax.evaluation._engine`): each
+member's runs (targets and restarts) in compiled batches, over the cases still robust, with
+broken cases leaving the batch between runs.
 
 A run is one jitted program per member (target and restart are traced), applied to padded
 batches whose size follows the number of cases left, so few shapes compile and little work
@@ -8,7 +9,6 @@ is padding. Every case uses its own key, so the batching never changes a case's 
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,25 +17,9 @@ import numpy as np
 from advjax._jit_argument import as_jit_argument
 from advjax.attacks._losses import per_example_cross_entropy
 from advjax.attacks._registry import ATTACKS
-from advjax.evaluation._early_stop import _batches
+from advjax.evaluation._engine import Outcome, RunResult, attack_stages, padded_batches
 
 JUDGE_DRAWS = 20  # a random model's verdict: the mean logits over this many fresh draws
-
-
-class Decided(NamedTuple):
-    """Cases whose outcome under member `member` became final; the arrays are over every
-    case (index them with `positions`): this member's best point `x_adv` and its `loss`
-    (its own, so a resumed evaluation reports what an uninterrupted one does), `queries`
-    spent by this member, `run` the index of the breaking run (-1 for cases it left robust)."""
-
-    member: int
-    positions: np.ndarray
-    broken: bool
-    adv_pred: np.ndarray
-    x_adv: np.ndarray
-    loss: np.ndarray
-    queries: np.ndarray
-    run: int
 
 
 def eot_logits(logits_fn, keys: jax.Array, draws: int, offset: int = 0):
@@ -116,6 +100,36 @@ def _placer(mesh, axis: str):
     return lambda a: jax.device_put(a, sharding)
 
 
+class _MemberStage:
+    """A member as a stage of the engine: its runs (target, restart) in batches whose shape
+    follows the cases left (`_batch_for`), on the mesh's devices when given."""
+
+    def __init__(self, member, run, keys, x, y, eps, *, batch_size, devices, place, on_batch):
+        self.member, self.runs, self.shapes = member, member.runs(), set()
+        self._run, self._keys, self._x, self._y, self._eps = run, keys, x, y, eps
+        self._batch_size, self._devices, self._place = batch_size, devices, place
+        self._on_batch = on_batch
+
+    def run_cases(self, todo, run, number):
+        target, restart = run
+        size = _batch_for(len(todo), self._batch_size, self._devices, self.shapes)
+        self.shapes.add(size)
+        done, place = 0, self._place
+        for part, index in padded_batches(todo, size):
+            out = self._run(
+                place(jnp.asarray(self._x[index])), place(jnp.asarray(self._y[index])),
+                jnp.float32(self._eps), place(self._keys[index]), jnp.int32(target),
+                jnp.int32(restart),
+            )  # fmt: skip
+            adv, pred, loss, cost = (np.asarray(a)[: len(part)] for a in out)
+            done += len(part)
+            if self._on_batch is not None:
+                self._on_batch(self.member, target, restart, done, len(todo))
+            never = np.full(len(part), -1, np.int32)
+            yield part, RunResult(adv, pred, loss, pred != self._y[part], never, cost,
+                                  np.zeros(len(part), bool))  # fmt: skip
+
+
 def attack_members(
     logits_fn,
     x: np.ndarray,
@@ -133,17 +147,18 @@ def attack_members(
     on_decided: Callable | None = None,
     on_run: Callable | None = None,
     on_batch: Callable | None = None,
-) -> dict:
-    """The engine of `autoattack`: run `members` in order on the cases still robust.
+) -> Outcome:
+    """AutoAttack on the engine (`attack_stages`): `members` in order on the cases still robust.
 
     `start_member[i]` is the first member case i still needs (`len(members)`: decided, never
     attacked); a resumed evaluation passes what its records already hold. A member's
     outcome for a case is final when a run breaks it (reported at once) or after its last
-    run: `on_decided(Decided(...))` receives each such group of positions, batch by batch, so
+    run: `on_decided(Final(...))` receives each such group of positions, batch by batch, so
     a member interrupted in its last run keeps the batches that run finished.
     `on_run(member, target, restart, still_robust)` follows each run and
     `on_batch(member, target, restart, cases_done, cases_in_run)` each batch (progress).
-    Returns host arrays: x_adv, broken_by (-1 none), queries (all members), loss, adv_pred.
+    Returns the engine's `Outcome` (host arrays): x_adv, loss, broken_by (-1 none),
+    adv_pred, queries (all members).
     """
     n = len(y)
     place = _placer(mesh, mesh_axis)
@@ -151,64 +166,26 @@ def attack_members(
         raise ValueError(f"{batch_size=} must be a multiple of the {mesh.shape[mesh_axis]} devices")
     devices = 1 if mesh is None else mesh.shape[mesh_axis]
     case_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(n))
-    x_adv = np.array(x, np.float32, copy=True)
-    best_loss = np.full(n, -np.inf, np.float32)
-    member_x, member_loss = x_adv.copy(), best_loss.copy()
-    broken_by = np.full(n, -1, np.int32)
-    adv_pred = np.asarray(y).copy()
-    queries = np.zeros(n, np.int64)
-    start = np.zeros(n, np.int64) if start_member is None else np.asarray(start_member)
-    report = on_decided or (lambda *args: None)
-    for m, member in enumerate(members):
-        todo = np.flatnonzero((start <= m) & (broken_by < 0))
-        if not len(todo):
-            continue
-        run = make_run(logits_fn, member, norm=norm, random_model=random_model)
-        keys = jax.vmap(jax.random.fold_in, (0, None))(case_keys, member.stream)
-        spent = np.zeros(n, np.int64)
-        member_loss[todo] = -np.inf
-        shapes = set()
-        runs = member.runs()
-        for number, (target, restart) in enumerate(runs):
-            last = number == len(runs) - 1
-            size = _batch_for(len(todo), batch_size, devices, shapes)
-            shapes.add(size)
-            done = 0
-            for part, index in _batches(todo, size):
-                out = run(
-                    place(jnp.asarray(x[index])), place(jnp.asarray(y[index])),
-                    jnp.float32(eps), place(keys[index]), jnp.int32(target), jnp.int32(restart),
-                )  # fmt: skip
-                adv, pred, loss, cost = (np.asarray(a)[: len(part)] for a in out)
-                hit = pred != y[part]
-                adv_pred[part[hit | (broken_by[part] < 0)]] = pred[hit | (broken_by[part] < 0)]
-                spent[part] += cost
-                take = hit | (loss > best_loss[part])
-                x_adv[part[take]], best_loss[part[take]] = adv[take], loss[take]
-                own = hit | (loss > member_loss[part])
-                member_x[part[own]], member_loss[part[own]] = adv[own], loss[own]
-                broken_by[part[hit]] = m
-                if hit.any():
-                    report(
-                        Decided(m, part[hit], True, adv_pred, member_x, member_loss, spent, number)
-                    )
-                if last and not hit.all():
-                    report(
-                        Decided(m, part[~hit], False, adv_pred, member_x, member_loss, spent, -1)
-                    )
-                done += len(part)
-                if on_batch is not None:
-                    on_batch(member, target, restart, done, len(todo))
-            todo = todo[broken_by[todo] < 0]
-            if on_run is not None:
-                on_run(member, target, restart, len(todo))
-            if not len(todo):
-                break
-        queries += spent
-    return {
-        "x_adv": x_adv,
-        "broken_by": broken_by,
-        "queries": queries,
-        "loss": best_loss,
-        "adv_pred": adv_pred,
-    }
+    stages = [
+        _MemberStage(
+            member,
+            make_run(logits_fn, member, norm=norm, random_model=random_model),
+            jax.vmap(jax.random.fold_in, (0, None))(case_keys, member.stream),
+            x,
+            y,
+            eps,
+            batch_size=batch_size,
+            devices=devices,
+            place=place,
+            on_batch=on_batch,
+        )  # fmt: skip
+        for member in members
+    ]
+
+    def after_run(s, number, left):
+        if on_run is not None:
+            target, restart = stages[s].runs[number]
+            on_run(members[s], target, restart, left)
+
+    return attack_stages(stages, x, y, start_stage=start_member, on_final=on_decided,
+                         on_run=after_run)  # fmt: skip
