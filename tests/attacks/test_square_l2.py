@@ -255,3 +255,19 @@ def test_autoattack_l2_runs_square_on_the_cases_left_robust():
     assert (r.broken_by == 0).sum() >= 4
     _assert_in_ball(r.x_adv, x, EPS)
     assert r.queries.max() <= 80 and (r.queries[r.broken_by == 0] < 80).all()
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_square_with_a_norm_is_the_search_of_that_norm(norm):
+    """`advjax.square(norm=)` runs `square_linf` or `square_l2` with that function's own
+    default p_init, draw for draw."""
+    logits_fn = make_linear_logits_fn()
+    x, y = make_linear_batch(n=6)
+    eps, key = (8 / 255 if norm == "linf" else 0.5), jax.random.key(4)
+    search = advjax.square_linf if norm == "linf" else advjax.square_l2
+    got = advjax.square(logits_fn, x, y, eps, key=key, norm=norm, queries=30)
+    want = search(logits_fn, x, y, eps, key=key, queries=30)
+    np.testing.assert_array_equal(got.x_adv, want.x_adv)
+    np.testing.assert_array_equal(got.queries_used, want.queries_used)
+    with pytest.raises(ValueError, match="norm"):
+        advjax.square(logits_fn, x, y, eps, key=key, norm="l1")
