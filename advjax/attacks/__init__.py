@@ -50,7 +50,6 @@ from advjax.attacks._pgd import (
 from advjax.attacks._registry import ATTACKS, attack_info
 from advjax.attacks._square import (
     SquareResult,
-    margin_loss,
     p_schedule,
     square_linf,
     square_sides,
@@ -77,7 +76,6 @@ __all__ = [
     "fmn",
     "FMNResult",
     "LOSSES",
-    "margin_loss",
     "NORMS",
     "p_schedule",
     "per_example_cross_entropy",

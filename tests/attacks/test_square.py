@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
-from advjax.attacks import SquareResult, margin_loss, p_schedule, square_linf, square_sides
+from advjax.attacks import SquareResult, p_schedule, per_example_margin, square_linf, square_sides
 from advjax.model import eval_logits_fn
 
 EPS = 8 / 255
@@ -63,7 +63,7 @@ def test_output_in_eps_ball_and_unit_box_and_loss_is_margin_at_x_adv(eps):
     x, y = _linear_setup()
     result = attack(x, y, eps, key=KEY, queries=QUERIES)
     _assert_in_ball(result.x_adv, x, eps)
-    expected = margin_loss(LOGITS_FN(result.x_adv), jnp.asarray(y))
+    expected = -per_example_margin(LOGITS_FN(result.x_adv), jnp.asarray(y))
     chex.assert_trees_all_close(result.loss, expected, atol=1e-5)
     _assert_bookkeeping(result, QUERIES)
 

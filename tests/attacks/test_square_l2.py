@@ -16,7 +16,7 @@ import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
 import advjax
-from advjax.attacks import SquareResult, margin_loss, p_schedule, square_l2
+from advjax.attacks import SquareResult, p_schedule, per_example_margin, square_l2
 from advjax.attacks._square_l2 import eta, square_sides_l2
 from advjax.evaluation import Member, autoattack, resolve_members
 
@@ -59,7 +59,7 @@ def test_output_stays_in_the_l2_ball_and_the_unit_box_and_loss_is_margin_at_x_ad
     x, y = _linear_setup()
     result = attack(x, y, eps, key=KEY, queries=QUERIES)
     _assert_in_ball(result.x_adv, x, eps)
-    expected = margin_loss(LOGITS_FN(result.x_adv), jnp.asarray(y))
+    expected = -per_example_margin(LOGITS_FN(result.x_adv), jnp.asarray(y))
     np.testing.assert_allclose(result.loss, expected, atol=1e-5)
 
 
