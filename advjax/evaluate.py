@@ -205,6 +205,7 @@ def evaluate(args, argv) -> int:
     )
     from advjax.evaluation._autoattack import eps_zero_check, resolve_members
     from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
+    from advjax.evaluation._autoattack_records import member_passes
     from advjax.evaluation._autoattack_report import cumulative_rows, write_report
     from advjax.io import (
         Progress,
@@ -283,6 +284,9 @@ def evaluate(args, argv) -> int:
         extra={
             "command": "python -m advjax.evaluate " + shlex.join(args_list(argv)),
             "members": [m.name for m in members],
+            "model_passes": member_passes(
+                records, members, model=name, eps=float(args.eps), classes=len(data.class_names)
+            ),
             "version": args.version if args.members is None else "custom",
             "seconds": seconds,
             "seconds_all_runs": total,

@@ -138,6 +138,9 @@ class AutoAttackResult(NamedTuple):
       robust_accuracy: per member, cumulative after it: {"member", "value", "count",
         "total", "ci95"} (Wilson 95 %), preceded by the clean accuracy.
       checks: named sanity checks (`Check`), for a gate to require.
+      passes: per member, the model passes it spent on the cases (padding aside):
+        {"member", "forward", "backward"}; they compare across hardware (Liu et al.'s A3
+        counts the same).
     """
 
     x_adv: np.ndarray
@@ -148,6 +151,7 @@ class AutoAttackResult(NamedTuple):
     members: tuple[Member, ...]
     robust_accuracy: tuple[dict, ...]
     checks: tuple[Check, ...]
+    passes: tuple[dict, ...]
 
 
 def resolve_members(version: str, members: Sequence[Member] | None, norm: str) -> tuple:
@@ -277,6 +281,10 @@ def autoattack(
         members=members,
         robust_accuracy=cumulative_accuracy(clean_correct, broken_by, members),
         checks=found,
+        passes=tuple(
+            {"member": m.name, "forward": p[0], "backward": p[1]}
+            for m, p in zip(members, out.passes)
+        ),
     )
 
 

@@ -43,7 +43,8 @@ class RunResult(NamedTuple):
 
 
 class Stage(Protocol):
-    """A stage: its runs, in order, and how one run attacks a set of cases."""
+    """A stage: its runs, in order, and how one run attacks a set of cases (a stage may also
+    count the model passes it spends in `passes`, [forward, backward])."""
 
     runs: Sequence
 
@@ -73,13 +74,15 @@ class Final(NamedTuple):
 class Outcome(NamedTuple):
     """Every case after the engine: the first breaking stage's point, else the highest-loss
     point over every stage (`x_adv`, `loss`), the breaking stage (-1 none), the prediction at
-    `x_adv` and the queries of every stage."""
+    `x_adv`, the queries of every stage, and per stage the (forward, backward) model passes
+    it counted (`Stage.passes`; None for a stage that does not count them)."""
 
     x_adv: np.ndarray
     loss: np.ndarray
     broken_by: np.ndarray
     adv_pred: np.ndarray
     queries: np.ndarray
+    passes: tuple
 
 
 def padded_batches(index: np.ndarray, size: int):
@@ -145,4 +148,8 @@ def attack_stages(
             if not len(todo):
                 break
         queries += spent
-    return Outcome(x_adv, best_loss, broken_by, adv_pred, queries)
+    passes = tuple(
+        tuple(int(p) for p in stage.passes) if getattr(stage, "passes", None) else None
+        for stage in stages
+    )
+    return Outcome(x_adv, best_loss, broken_by, adv_pred, queries, passes)

@@ -53,6 +53,33 @@ def standard(model):
     )
 
 
+def test_model_passes_count_each_run_on_the_cases_it_attacked(model, standard):
+    """Per member, forward and backward passes: a gradient member's whole run (APGD: steps + 1
+    of each, APGD-T one forward more; FAB-T: 2 steps + 1 forward, steps backward) times the
+    cases each of its runs attacked (each run attacks the cases the run before it left
+    robust: read off the progress callback); a score-based member one forward pass per
+    query it spent, no backward pass."""
+    logits_fn, x, y = model
+    runs = []
+    r = autoattack(logits_fn, x, y, EPS, key=jax.random.key(3), members=_members(*STANDARD),
+                   batch_size=8, checks=False,
+                   on_run=lambda m, t, k, left: runs.append((m.name, left)))  # fmt: skip
+    cases, before = dict.fromkeys(STANDARD, 0), int(r.clean_correct.sum())
+    for name, left in runs:
+        cases[name] += before
+        before = left
+    passes = {p["member"]: (p["forward"], p["backward"]) for p in r.passes}
+    steps = FAST["steps"]
+    assert passes["apgd-ce"] == (cases["apgd-ce"] * (steps + 1),) * 2
+    assert passes["apgd-t"] == (cases["apgd-t"] * (steps + 2), cases["apgd-t"] * (steps + 1))
+    assert passes["fab-t"] == (cases["fab-t"] * (2 * steps + 1), cases["fab-t"] * steps)
+    alone = autoattack(logits_fn, x, y, EPS, key=jax.random.key(3), members=_members("square"),
+                       checks=False)  # fmt: skip
+    assert alone.passes[0]["forward"] == int(alone.queries.sum()) > 0
+    assert alone.passes[0]["backward"] == 0
+    assert r.passes == standard.passes, "the count does not depend on the checks or callbacks"
+
+
 def test_result_holds_every_case_and_member(model, standard):
     logits_fn, x, y = model
     r = standard

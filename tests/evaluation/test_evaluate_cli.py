@@ -111,7 +111,7 @@ def test_a_custom_member_list_from_the_registry_writes_each_members_records(tmp_
     """`--members apgd-ce,fmn` runs those members in that order (FMN: an attack added through
     the registry alone), writes records under their names and says so in the summary."""
     out = tmp_path / "run"
-    assert main(["--model", MODEL, "--n", "20", "--members", "apgd-ce,fmn", "--out", str(out),
+    assert main(["--model", MODEL, "--n", "60", "--eps", "1/1000", "--members", "apgd-ce,fmn", "--out", str(out),
                  "--no-progress"]) == 0  # fmt: skip
     summary = json.loads((out / "summary.json").read_text())["extra"]
     assert summary["members"] == ["apgd-ce", "fmn"] and summary["version"] == "custom"
@@ -121,6 +121,11 @@ def test_a_custom_member_list_from_the_registry_writes_each_members_records(tmp_
         r.case_id for r in records if r.attack == "apgd-ce" and r.status == "failed"
     }
     assert by_member["fmn"] == robust_after_apgd, "FMN attacks exactly the cases APGD-CE left"
+    attacked = sum(r.attack == "apgd-ce" and r.status != "skipped_clean_wrong" for r in records)
+    passes = {p["member"]: (p["forward"], p["backward"]) for p in summary["model_passes"]}
+    assert attacked > 0 and robust_after_apgd, (attacked, robust_after_apgd)
+    assert passes["apgd-ce"] == (attacked * 101, attacked * 101), "100 steps: 101 of each"
+    assert passes["fmn"] == (len(robust_after_apgd) * 101, len(robust_after_apgd) * 100)
     assert "members: apgd-ce, fmn" in capsys.readouterr().out
 
 
