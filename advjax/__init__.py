@@ -28,12 +28,16 @@ from advjax.attacks import (
 from advjax.data import Cifar10, DataError, load_cifar10, study_splits
 from advjax.evaluation import (
     AutoAttackResult,
-    CaseRecord,
     ThreatModel,
     autoattack,
     wilson_interval,
 )
-from advjax.io import RecordLog, load_checkpoint, save_checkpoint
+from advjax.io import (
+    CaseRecord,
+    RecordLog,
+    load_checkpoint,
+    save_checkpoint,
+)
 from advjax.model import CompactCNN, eval_logits_fn
 from advjax.train import TrainConfig, TrainState, create_train_state, make_train_step
 

@@ -37,7 +37,12 @@ from experiments.cifar_robustness.strong_evaluation import PEER_FILE
 def advjax_robust(records, model: str, n: int) -> tuple[np.ndarray, str]:
     """advjax's per-case AutoAttack verdict (robust or not) on cases 0..n-1, and the
     model hash the records were made with."""
-    from advjax.evaluation import AUTOATTACK, ROBUST_STATUSES
+    from advjax.evaluation import (
+        AUTOATTACK,
+    )
+    from advjax.io import (
+        ROBUST_STATUSES,
+    )
 
     mine = [r for r in records if r.model == model and r.attack == AUTOATTACK]
     if sorted(r.case_id for r in mine) != list(range(n)):

@@ -70,14 +70,12 @@ def test_top_level_reexports_come_from_the_subpackages():
         assert len(owners) == 1, (name, owners)
 
 
-def test_attacks_stand_alone():
-    """The attack modules import only jax/numpy/chex, each other, `advjax.types` and
-    `advjax.backend` (the fast-path rewrite of the logits function): nothing of the
-    evaluation layer, I/O, training or text."""
+def _advjax_imports(package: str):
+    """(file name, imported advjax module) for every import in the package's modules."""
     import ast
     import pathlib
 
-    folder = pathlib.Path(importlib.import_module("advjax.attacks").__file__).parent
+    folder = pathlib.Path(importlib.import_module(package).__file__).parent
     for path in folder.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = []
@@ -85,12 +83,25 @@ def test_attacks_stand_alone():
                 names = [node.module]
             elif isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
-            for name in names:
-                if name.startswith("advjax"):
-                    assert name.startswith(("advjax.attacks", "advjax.types", "advjax.backend")), (
-                        path.name,
-                        name,
-                    )
+            yield from ((path.name, name) for name in names if name.startswith("advjax"))
+
+
+def test_attacks_stand_alone():
+    """The attack modules import only jax/numpy/chex, each other, `advjax.types` and
+    `advjax.backend` (the fast-path rewrite of the logits function): nothing of the
+    evaluation layer, I/O, training or text."""
+    for path, name in _advjax_imports("advjax.attacks"):
+        assert name.startswith(("advjax.attacks", "advjax.types", "advjax.backend")), (path, name)
+
+
+def test_io_does_not_import_the_evaluation_layer():
+    """The layers import one way: evaluation reads and writes through `advjax.io` (the
+    record, the record log, checkpoints), never the other way round."""
+    for path, name in _advjax_imports("advjax.io"):
+        assert not name.startswith(("advjax.evaluation", "advjax.train", "advjax.text")), (
+            path,
+            name,
+        )
 
 
 def test_importing_advjax_leaves_the_environment_alone():

@@ -80,12 +80,6 @@ from advjax.evaluation._paired import (
     mcnemar_exact,
     paired_robustness,
 )
-from advjax.evaluation._records import (
-    ROBUST_STATUSES,
-    STATUSES,
-    CaseRecord,
-    classify_status,
-)
 from advjax.evaluation._sanity import (
     Check,
     check_eps_zero,
@@ -131,7 +125,6 @@ __all__ = [
     "AutoAttackResult",
     "budget_curves",
     "case_keys",
-    "CaseRecord",
     "Check",
     "check_eps_zero",
     "check_finite_loss",
@@ -143,7 +136,6 @@ __all__ = [
     "check_transfer_not_stronger",
     "check_within_threat_model",
     "check_zero_gradients",
-    "classify_status",
     "cumulative_accuracy",
     "decide",
     "Decision",
@@ -177,13 +169,11 @@ __all__ = [
     "replay_record",
     "require_threat_model",
     "resolve_members",
-    "ROBUST_STATUSES",
     "run_attack",
     "run_autoattack",
     "run_checks",
     "run_summary",
     "SCHEMA",
-    "STATUSES",
     "summarise_group",
     "SummaryError",
     "ThreatModel",

@@ -23,8 +23,8 @@ from advjax.evaluation._autoattack import (
 )
 from advjax.evaluation._autoattack_stages import attack_members
 from advjax.evaluation._campaign import check_record_hashes
-from advjax.evaluation._records import ROBUST_STATUSES, CaseRecord, classify_status
 from advjax.evaluation._threat_model import ThreatModel
+from advjax.io._case_record import ROBUST_STATUSES, CaseRecord, classify_status
 from advjax.io._record_log import RecordLog
 
 AUTOATTACK = "autoattack"

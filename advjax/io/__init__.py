@@ -1,5 +1,6 @@
-"""Files: atomic writes, output-folder locks, record logs and their repair, msgpack
-checkpoints, progress, and the provenance of a result."""
+"""Files: atomic writes, output-folder locks, the per-case record (`CaseRecord`) and the
+append-only record log with its repair, msgpack checkpoints, progress, and the provenance of
+a result."""
 
 from advjax.io._atomic import (
     atomic_write_bytes,
@@ -7,6 +8,12 @@ from advjax.io._atomic import (
     atomic_write_lines,
     atomic_write_npz,
     atomic_write_text,
+)
+from advjax.io._case_record import (
+    ROBUST_STATUSES,
+    STATUSES,
+    CaseRecord,
+    classify_status,
 )
 from advjax.io._checkpoint import (
     CheckpointError,
@@ -46,7 +53,9 @@ __all__ = [
     "atomic_write_lines",
     "atomic_write_npz",
     "atomic_write_text",
+    "CaseRecord",
     "CheckpointError",
+    "classify_status",
     "environment",
     "git_state",
     "load_checkpoint",
@@ -63,6 +72,8 @@ __all__ = [
     "RecordLog",
     "RecordRepair",
     "repair_records",
+    "ROBUST_STATUSES",
     "save_checkpoint",
     "seal_checkpoint",
+    "STATUSES",
 ]

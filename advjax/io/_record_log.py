@@ -25,13 +25,10 @@ import os
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from advjax.io._atomic import atomic_write_bytes
+from advjax.io._case_record import CaseRecord
 from advjax.io._record_codec import complete_prefix, encode
-
-if TYPE_CHECKING:
-    from advjax.evaluation._records import CaseRecord
 
 
 class RecordError(ValueError):
@@ -40,13 +37,6 @@ class RecordError(ValueError):
 
 REPAIR_FLAG = "--repair-records"
 """The commands' flag that runs `repair_records` on their output folder's record files."""
-
-
-def _case_record():
-    """`CaseRecord`, imported when first needed (the evaluation layer imports this module)."""
-    from advjax.evaluation._records import CaseRecord
-
-    return CaseRecord
 
 
 def _complete(path: Path, data: bytes) -> tuple[bytes, int]:
@@ -61,7 +51,7 @@ def _parse(data: bytes, path: Path) -> list[CaseRecord]:
     records = []
     for number, line in enumerate(data.split(b"\n")[:-1], start=1):
         try:
-            records.append(_case_record().from_dict(json.loads(line.decode("utf-8"))))
+            records.append(CaseRecord.from_dict(json.loads(line.decode("utf-8"))))
         except (UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError) as error:
             raise RecordError(f"{path}:{number}: not a valid case record: {error}") from error
     return records
@@ -183,7 +173,7 @@ class RecordLog:
         """
         batch, seen = [], set()
         for record in records:
-            if not isinstance(record, _case_record()):
+            if not isinstance(record, CaseRecord):
                 raise TypeError(f"expected CaseRecord, got {type(record).__name__}: {record!r}")
             if record.key in seen:
                 raise ValueError(f"record {record.key} appears twice in one append to {self.path}")

@@ -32,7 +32,7 @@ import numpy as np
 
 from advjax.evaluation._aggregate import per_class, worst_class
 from advjax.evaluation._metrics import rate
-from advjax.evaluation._records import ROBUST_STATUSES, STATUSES, CaseRecord
+from advjax.io._case_record import ROBUST_STATUSES, STATUSES, CaseRecord
 from advjax.text._validity import Validity
 from advjax.text.classify._greedy import Edit, GreedyResult, max_changes, truncate_result
 

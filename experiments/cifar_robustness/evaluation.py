@@ -18,7 +18,6 @@ from jax.tree_util import Partial
 from advjax.attacks import per_example_cross_entropy
 from advjax.evaluation import (
     AttackSpec,
-    CaseRecord,
     Check,
     ThreatModel,
     aggregate_records,
@@ -33,7 +32,13 @@ from advjax.evaluation import (
     zero_gradient_fraction,
 )
 from advjax.evaluation import _metrics as metrics
-from advjax.io import RecordLog, atomic_write_json, atomic_write_npz, load_logits_fn
+from advjax.io import (
+    CaseRecord,
+    RecordLog,
+    atomic_write_json,
+    atomic_write_npz,
+    load_logits_fn,
+)
 from experiments.cifar_robustness.config import StudyConfig
 from experiments.cifar_robustness.replay_evidence import replay_examples
 

@@ -22,8 +22,17 @@ import numpy as np
 
 from advjax import backend
 from advjax.data import load_cifar10
-from advjax.evaluation import AttackSpec, CaseRecord, ThreatModel, replay_record
-from advjax.io import load_logits_fn, read_records, record_file
+from advjax.evaluation import (
+    AttackSpec,
+    ThreatModel,
+    replay_record,
+)
+from advjax.io import (
+    CaseRecord,
+    load_logits_fn,
+    read_records,
+    record_file,
+)
 from advjax.train import to_float
 from experiments.cifar_robustness.replay_evidence import logit_margins, replay_check
 

@@ -9,7 +9,6 @@ from conftest import case_record, make_linear_batch, make_linear_logits_fn
 
 from advjax.attacks import pgd_search
 from advjax.evaluation import (
-    CaseRecord,
     ThreatModel,
     aggregate_records,
     budget_curves,
@@ -19,6 +18,9 @@ from advjax.evaluation import (
     records_from_arrays,
 )
 from advjax.evaluation import _metrics as metrics
+from advjax.io import (
+    CaseRecord,
+)
 
 EPS = 8 / 255
 

@@ -16,13 +16,19 @@ import pytest
 from conftest import case_record
 
 from advjax.evaluation import (
-    STATUSES,
-    CaseRecord,
     ThreatModel,
-    classify_status,
     records_from_arrays,
 )
-from advjax.io import RecordError, RecordLog, RecordRepair, read_records, repair_records
+from advjax.io import (
+    STATUSES,
+    CaseRecord,
+    RecordError,
+    RecordLog,
+    RecordRepair,
+    classify_status,
+    read_records,
+    repair_records,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
