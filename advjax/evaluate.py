@@ -26,7 +26,6 @@ import os
 import shlex
 import sys
 import time
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -41,14 +40,15 @@ TIME_FILE = "attack_seconds.json"
 
 
 def parse_eps(text: str) -> float:
-    """`8/255` or `0.031` -> float (input units)."""
+    """`8/255` or `0.031` -> float (input units), by `advjax.evaluation.parse_eps`."""
+    from advjax.evaluation import parse_eps as parse
+
     try:
-        value = float(Fraction(text)) if "/" in text else float(text)
-    except (ValueError, ZeroDivisionError):
+        return parse(text)
+    except ValueError:
         raise argparse.ArgumentTypeError(
             f"--eps {text!r}: expected a number such as 8/255"
         ) from None
-    return value
 
 
 def parse_members(text: str) -> tuple[str, ...]:
