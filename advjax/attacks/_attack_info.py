@@ -47,10 +47,6 @@ attacks); `steps` is static (a score-based attack's query budget); `options` map
 names of `AttackInfo.options` to their values. Pure, safe under `jit` and `vmap`."""
 
 
-def _no_passes(steps: int, classes: int) -> tuple[int, int]:
-    raise NotImplementedError
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AttackInfo:
     """An attack as the runners see it.
@@ -80,7 +76,7 @@ class AttackInfo:
     kind: str
     stream: int
     queries: Callable[[int], int]
-    passes: Callable[[int, int], tuple[int, int]] = _no_passes
+    passes: Callable[[int, int], tuple[int, int]]
     options: tuple[str, ...] = ()
     restarts: bool = True
     steps: int | None = None
