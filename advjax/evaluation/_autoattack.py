@@ -103,6 +103,16 @@ class Member:
         forward, backward = self.info.passes(self.run_steps, classes)
         return forward * self.eot, backward * self.eot
 
+    def passes(self, queries: int, classes: int) -> dict:
+        """{"member", "forward", "backward"}: the model passes `queries` (the member's, on
+        all cases together) stand for: a gradient member's queries are whole runs
+        (`queries_per_run` each, `passes_per_run` passes), a score-based member's one
+        forward pass each."""
+        if self.info.kind == "score":
+            return {"member": self.name, "forward": queries, "backward": 0}
+        runs, (forward, backward) = queries // self.queries_per_run, self.passes_per_run(classes)
+        return {"member": self.name, "forward": runs * forward, "backward": runs * backward}
+
     def runs(self) -> list[tuple[int, int]]:
         """(target, restart) of every run, in order (target 0 for untargeted members)."""
         targets = self.targets if self.info.targeted else 1
@@ -254,7 +264,9 @@ def autoattack(
     """
     random_model = version == "rand" or any(m.eot > 1 for m in (members or ()))
     members = resolve_members(version, members, norm)
-    x, y = validate_inputs(logits_fn, x, y, eps, norm=norm, key=key, random_model=random_model)
+    x, y, classes = validate_inputs(
+        logits_fn, x, y, eps, norm=norm, key=key, random_model=random_model
+    )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"{batch_size=} must be an integer >= 1")
     clean_correct = clean_predictions(logits_fn, x, key, batch_size, random_model) == y
@@ -281,10 +293,7 @@ def autoattack(
         members=members,
         robust_accuracy=cumulative_accuracy(clean_correct, broken_by, members),
         checks=found,
-        passes=tuple(
-            {"member": m.name, "forward": p[0], "backward": p[1]}
-            for m, p in zip(members, out.passes)
-        ),
+        passes=tuple(m.passes(q, classes) for m, q in zip(members, out.stage_queries)),
     )
 
 

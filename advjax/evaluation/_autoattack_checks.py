@@ -31,8 +31,8 @@ def _check_eps(eps, norm: str) -> None:
 
 
 def validate_inputs(logits_fn, x, y, eps, *, norm: str, key, random_model: bool):
-    """Host arrays (x float32, y int) after every check that needs no attack; raises
-    ValueError / TypeError naming the argument and the expected range."""
+    """Host arrays (x float32, y int) and the number of classes, after every check that needs
+    no attack; raises ValueError / TypeError naming the argument and the expected range."""
     _check_eps(eps, norm)
     if not isinstance(key, jax.Array) or not (
         jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.ndim == 0
@@ -63,7 +63,7 @@ def validate_inputs(logits_fn, x, y, eps, *, norm: str, key, random_model: bool)
         raise ValueError(
             f"y must lie in [0, {classes}) (the logits' classes), got [{y.min()}, {y.max()}]"
         )
-    return x.astype(np.float32), y.astype(np.int32)
+    return x.astype(np.float32), y.astype(np.int32), classes
 
 
 def probe_checks(logits_fn, x, y, *, random_model: bool) -> list[Check]:

@@ -204,20 +204,15 @@ def _record(member, i, ids, y, clean, x, x_adv, loss, queries, run, eps, tm, nor
 
 
 def member_passes(records, members, *, model: str, eps: float, classes: int) -> list[dict]:
-    """Per member, the model passes its records' queries stand for: a gradient member's
-    queries are whole runs (`queries_per_run` each, `passes_per_run` passes), a score-based
-    member's one forward pass each. {"member", "forward", "backward"}, as `autoattack`'s."""
-    out = []
-    for m in members:
-        queries = sum(
-            r.queries for r in records if (r.model, r.attack, r.eps) == (model, m.name, eps)
+    """Per member, the model passes its records' queries stand for (`Member.passes`), as
+    `autoattack` reports them."""
+    return [
+        m.passes(
+            sum(r.queries for r in records if (r.model, r.attack, r.eps) == (model, m.name, eps)),
+            classes,
         )
-        if m.info.kind == "score":
-            out.append({"member": m.name, "forward": queries, "backward": 0})
-            continue
-        runs, forward, backward = queries // m.queries_per_run, *m.passes_per_run(classes)
-        out.append({"member": m.name, "forward": runs * forward, "backward": runs * backward})
-    return out
+        for m in members
+    ]
 
 
 def autoattack_records(records, members, *, model: str, eps: float, case_ids, norm: str) -> list:

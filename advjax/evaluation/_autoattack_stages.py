@@ -102,14 +102,10 @@ def _placer(mesh, axis: str):
 
 class _MemberStage:
     """A member as a stage of the engine: its runs (target, restart) in batches whose shape
-    follows the cases left (`_batch_for`), on the mesh's devices when given. `passes` counts
-    the model passes spent on real cases (padding aside): a gradient member's whole run per
-    case (it runs every step), a score-based one a forward pass per query it used."""
+    follows the cases left (`_batch_for`), on the mesh's devices when given."""
 
-    def __init__(self, member, run, keys, x, y, eps, *, batch_size, devices, place, on_batch,
-                 classes):  # fmt: skip
+    def __init__(self, member, run, keys, x, y, eps, *, batch_size, devices, place, on_batch):
         self.member, self.runs, self.shapes = member, member.runs(), set()
-        self.passes, self._per_run = [0, 0], member.passes_per_run(classes)
         self._run, self._keys, self._x, self._y, self._eps = run, keys, x, y, eps
         self._batch_size, self._devices, self._place = batch_size, devices, place
         self._on_batch = on_batch
@@ -126,11 +122,6 @@ class _MemberStage:
                 jnp.int32(restart),
             )  # fmt: skip
             adv, pred, loss, cost = (np.asarray(a)[: len(part)] for a in out)
-            if self.member.info.kind == "score":
-                self.passes[0] += int(cost.sum())
-            else:
-                self.passes[0] += len(part) * self._per_run[0]
-                self.passes[1] += len(part) * self._per_run[1]
             done += len(part)
             if self._on_batch is not None:
                 self._on_batch(self.member, target, restart, done, len(todo))
@@ -167,7 +158,7 @@ def attack_members(
     `on_run(member, target, restart, still_robust)` follows each run and
     `on_batch(member, target, restart, cases_done, cases_in_run)` each batch (progress).
     Returns the engine's `Outcome` (host arrays): x_adv, loss, broken_by (-1 none),
-    adv_pred, queries (all members), passes (per member: forward, backward).
+    adv_pred, queries (all members), stage_queries (per member, all cases together).
     """
     n = len(y)
     place = _placer(mesh, mesh_axis)
@@ -175,10 +166,6 @@ def attack_members(
         raise ValueError(f"{batch_size=} must be a multiple of the {mesh.shape[mesh_axis]} devices")
     devices = 1 if mesh is None else mesh.shape[mesh_axis]
     case_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(n))
-    probe = (lambda z: logits_fn(z, key)) if random_model else logits_fn
-    classes = int(
-        jax.eval_shape(probe, jax.ShapeDtypeStruct((1, *x.shape[1:]), jnp.float32)).shape[-1]
-    )
     stages = [
         _MemberStage(
             member,
@@ -191,7 +178,6 @@ def attack_members(
             devices=devices,
             place=place,
             on_batch=on_batch,
-            classes=classes,
         )
         for member in members
     ]

@@ -43,8 +43,7 @@ class RunResult(NamedTuple):
 
 
 class Stage(Protocol):
-    """A stage: its runs, in order, and how one run attacks a set of cases (a stage may also
-    count the model passes it spends in `passes`, [forward, backward])."""
+    """A stage: its runs, in order, and how one run attacks a set of cases."""
 
     runs: Sequence
 
@@ -74,15 +73,15 @@ class Final(NamedTuple):
 class Outcome(NamedTuple):
     """Every case after the engine: the first breaking stage's point, else the highest-loss
     point over every stage (`x_adv`, `loss`), the breaking stage (-1 none), the prediction at
-    `x_adv`, the queries of every stage, and per stage the (forward, backward) model passes
-    it counted (`Stage.passes`; None for a stage that does not count them)."""
+    `x_adv`, the queries of every stage (per case), and per stage the queries it spent on
+    all cases together."""
 
     x_adv: np.ndarray
     loss: np.ndarray
     broken_by: np.ndarray
     adv_pred: np.ndarray
     queries: np.ndarray
-    passes: tuple
+    stage_queries: tuple[int, ...]
 
 
 def padded_batches(index: np.ndarray, size: int):
@@ -116,6 +115,7 @@ def attack_stages(
     broken_by = np.full(n, -1, np.int32)
     adv_pred = np.asarray(y).copy()
     queries = np.zeros(n, np.int64)
+    stage_queries = [0] * len(stages)
     start = np.zeros(n, np.int64) if start_stage is None else np.asarray(start_stage)
     report = on_final or (lambda final: None)
     for s, stage in enumerate(stages):
@@ -148,8 +148,5 @@ def attack_stages(
             if not len(todo):
                 break
         queries += spent
-    passes = tuple(
-        tuple(int(p) for p in stage.passes) if getattr(stage, "passes", None) else None
-        for stage in stages
-    )
-    return Outcome(x_adv, best_loss, broken_by, adv_pred, queries, passes)
+        stage_queries[s] = int(spent.sum())
+    return Outcome(x_adv, best_loss, broken_by, adv_pred, queries, tuple(stage_queries))
