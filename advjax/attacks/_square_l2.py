@@ -248,8 +248,8 @@ def _run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -
     del target
     if restart:
         keys = jax.vmap(jax.random.fold_in, (0, None))(keys, restart)
-    search = square_linf if norm == "linf" else square_l2
-    r = search(logits_fn, x, y, eps, key=keys, queries=steps, p_init=option(options, "p_init"))
+    r = square(logits_fn, x, y, eps, key=keys, norm=norm, queries=steps,
+               p_init=option(options, "p_init"))  # fmt: skip
     return BatchRun(
         r.x_adv, jnp.where(r.success, r.queries_used, -1), r.queries_used, r.budget_exhausted
     )
