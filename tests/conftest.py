@@ -83,6 +83,65 @@ def linear_logits_fn() -> Callable[[jax.Array], jax.Array]:
     return make_linear_logits_fn()
 
 
+DUAL_ORDER = {"linf": 1, "l2": 2}
+
+
+def linear_boundary_case(seed: int = 0, *, classes: int = 6, batch: int = 8, dim: int = 48):
+    """A linear model and points well inside [0, 1] whose nearest boundary is the runner-up
+    class's, with the exact minimal adversarial distance per norm in closed form (NumPy).
+
+    Each x solves (w_y - w_k) . (x - 1/2) = m (small, m in [0.05, 0.3]) for the runner-up t
+    and = 2 for every other k; the minimal distance is the smallest over k != y of
+    (z_y - z_k) / ||w_y - w_k||_dual (the box never binds that close to the boundary).
+    Returns (logits_fn, x, y, exact) with exact = {"linf": (batch,), "l2": (batch,)}.
+    """
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(dim, classes))
+    xs, ys = [], []
+    for _ in range(batch):
+        y, t = rng.choice(classes, 2, replace=False)
+        others = [k for k in range(classes) if k != y]
+        a = np.stack([w[:, y] - w[:, k] for k in others])
+        goal = np.where(np.array(others) == t, rng.uniform(0.05, 0.3), 2.0)
+        x0 = rng.uniform(0.45, 0.55, dim)
+        xs.append(x0 + a.T @ np.linalg.solve(a @ a.T, goal - a @ (x0 - 0.5)))
+        ys.append(y)
+    x, y = np.stack(xs), np.asarray(ys)
+    assert np.all((x > 0.25) & (x < 0.75))
+    z = (x - 0.5) @ w
+    exact = {}
+    for norm, dual in DUAL_ORDER.items():
+        with np.errstate(divide="ignore", invalid="ignore"):  # k == y: masked below
+            gaps = np.stack(
+                [(z[np.arange(batch), y] - z[:, k])
+                 / np.linalg.norm(w[:, y] - w[:, [k]], dual, axis=0) for k in range(classes)],
+                axis=1,
+            )  # fmt: skip
+        gaps[np.arange(batch), y] = np.inf
+        exact[norm] = gaps.min(axis=1)
+    assert np.all(exact["linf"] < 0.2)  # inside the box: the closed form is the minimum
+    wj = jnp.asarray(w, jnp.float32)
+    logits_fn = lambda v: (v.reshape(v.shape[0], -1) - 0.5) @ wj  # noqa: E731
+    return logits_fn, jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.int32), exact
+
+
+def tanh_mlp(seed: int = 0, shape=(4, 4, 3), hidden: int = 32, classes: int = 10):
+    """A small fixed tanh network on (B, *shape) inputs (not linear: boundary estimates of
+    minimum-norm attacks are approximate on it)."""
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    d = int(np.prod(shape))
+    w1 = jax.random.normal(k1, (d, hidden)) * 3.0 / np.sqrt(d)
+    w2 = jax.random.normal(k2, (hidden, classes)) / np.sqrt(hidden)
+    return lambda z: jnp.tanh(z.reshape(z.shape[0], -1) @ w1 - 1.5) @ w2
+
+
+def tanh_mlp_batch(batch: int = 8, seed: int = 1):
+    """`tanh_mlp()`, uniform (batch, 4, 4, 3) inputs and its own predictions as labels."""
+    logits_fn = tanh_mlp()
+    x = jax.random.uniform(jax.random.key(seed), (batch, 4, 4, 3))
+    return logits_fn, x, jnp.argmax(logits_fn(x), -1)
+
+
 # ---------------------------------------------------------------------------
 # Per-case records.
 

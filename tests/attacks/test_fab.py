@@ -7,56 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import linear_boundary_case, tanh_mlp, tanh_mlp_batch
 
 from advjax.attacks import fab, projection_l2, projection_linf
 
-DUAL = {"linf": 1, "l2": 2}
-
-
-def _linear_case(seed, n_classes, batch=6, dim=48):
-    """Linear model and inputs well inside [0, 1] whose nearest boundary is the runner-up's.
-
-    Each x solves (w_y - w_k) . (x - 1/2) = m (small) for the runner-up t and = 2 for every other k,
-    so the closed-form distance to the t boundary is the minimal adversarial distance and
-    FAB-T's first target is t.
-    """
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=(dim, n_classes))
-    xs, ys, ts, refs = [], [], [], {"linf": [], "l2": []}
-    for _ in range(batch):
-        y, t = rng.choice(n_classes, 2, replace=False)
-        others = [k for k in range(n_classes) if k != y]
-        a = np.stack([w[:, y] - w[:, k] for k in others])
-        target = np.where(np.array(others) == t, rng.uniform(0.05, 0.3), 2.0)
-        x0 = rng.uniform(0.45, 0.55, dim)
-        x = x0 + a.T @ np.linalg.solve(a @ a.T, target - a @ (x0 - 0.5))
-        assert np.all((x > 0.2) & (x < 0.8))
-        margin = (w[:, y] - w[:, t]) @ (x - 0.5)
-        for norm, refs_n in refs.items():
-            refs_n.append(margin / np.linalg.norm(w[:, y] - w[:, t], DUAL[norm]))
-        xs.append(x), ys.append(y), ts.append(t)
-    w = jnp.asarray(w, jnp.float32)
-    logits_fn = lambda z: (z.reshape(z.shape[0], -1) - 0.5) @ w  # noqa: E731
-    refs = {k: np.asarray(v) for k, v in refs.items()}
-    return logits_fn, jnp.asarray(np.stack(xs), jnp.float32), jnp.asarray(ys), refs
-
-
-def _mlp(seed=0, shape=(4, 4, 3), hidden=32, n_classes=10):
-    k1, k2 = jax.random.split(jax.random.key(seed))
-    d = int(np.prod(shape))
-    w1 = jax.random.normal(k1, (d, hidden)) * 3.0 / np.sqrt(d)
-    w2 = jax.random.normal(k2, (hidden, n_classes)) / np.sqrt(hidden)
-
-    def logits_fn(z):
-        return jnp.tanh(z.reshape(z.shape[0], -1) @ w1 - 1.5) @ w2
-
-    return logits_fn
-
-
-def _mlp_batch(batch=8, seed=1):
-    logits_fn = _mlp()
-    x = jax.random.uniform(jax.random.key(seed), (batch, 4, 4, 3))
-    return logits_fn, x, jnp.argmax(logits_fn(x), -1)
+_MLP = tanh_mlp()
 
 
 def _pgd_linf(logits_fn, x, y, eps, key, steps=50):
@@ -105,7 +60,7 @@ def test_projections_match_bisection(norm, dim):
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 @pytest.mark.parametrize("n_classes", [2, 5])
 def test_linear_distance_is_closed_form(norm, n_classes):
-    logits_fn, x, y, refs = _linear_case(n_classes, n_classes)
+    logits_fn, x, y, refs = linear_boundary_case(n_classes, classes=n_classes, batch=6)
     eps = 1.0 if norm == "linf" else 10.0
     attack = functools.partial(fab, logits_fn, x, y, eps, key=jax.random.key(0), norm=norm)
     fine = attack(eta=1.001, n_target_classes=n_classes - 1)
@@ -119,12 +74,11 @@ def test_linear_distance_is_closed_form(norm, n_classes):
 
 
 def test_untargeted_linear_distance():
-    logits_fn, x, y, refs = _linear_case(7, 4)
+    logits_fn, x, y, refs = linear_boundary_case(7, classes=4, batch=6)
     res = fab(logits_fn, x, y, 1.0, key=jax.random.key(0), targeted=False, eta=1.001)
     np.testing.assert_allclose(res.distance, refs["linf"], rtol=1e-3)
 
 
-_MLP = _mlp()
 _SMALL = dict(steps=20, restarts=2, n_target_classes=3)
 
 
@@ -135,7 +89,7 @@ def _jitted(norm):
 
 @pytest.mark.parametrize("norm, eps", [("linf", 0.03), ("l2", 0.4)])
 def test_budget_box_and_misclassification(norm, eps):
-    _, x, y = _mlp_batch()
+    _, x, y = tanh_mlp_batch()
     y = y.at[0].set((y[0] + 1) % 10)
     x_copy, y_copy = np.array(x), np.array(y)
     res = _jitted(norm)(x, y, eps, jax.random.split(jax.random.key(1), 8))
@@ -155,7 +109,7 @@ def test_budget_box_and_misclassification(norm, eps):
 
 
 def test_zero_eps_leaves_inputs():
-    _, x, y = _mlp_batch()
+    _, x, y = tanh_mlp_batch()
     res = _jitted("linf")(x, y, 0.0, jax.random.split(jax.random.key(2), 8))
     np.testing.assert_array_equal(res.x_adv, x)
     assert not np.any(res.broken)
@@ -163,7 +117,7 @@ def test_zero_eps_leaves_inputs():
 
 
 def test_jit_same_key_same_result_and_batch_independence():
-    _, x, y = _mlp_batch()
+    _, x, y = tanh_mlp_batch()
     keys = jax.random.split(jax.random.key(5), 8)
     run = _jitted("linf")
     full = run(x, y, 0.02, keys)
@@ -182,7 +136,7 @@ def test_jit_same_key_same_result_and_batch_independence():
 
 def test_at_least_as_strong_as_pgd():
     """On cases where PGD-50 breaks some but not all, FAB-50 breaks at least as many."""
-    logits_fn, x, y = _mlp_batch(batch=32, seed=4)
+    logits_fn, x, y = tanh_mlp_batch(batch=32, seed=4)
     eps = 0.02
     pgd = _pgd_linf(logits_fn, x, y, eps, jax.random.key(0))
     res = fab(logits_fn, x, y, eps, key=jax.random.key(0), steps=50)
@@ -212,7 +166,7 @@ def test_at_least_as_strong_as_pgd():
     ],
 )
 def test_validation(change, error, match):
-    logits_fn, x, y = _mlp_batch(batch=2)
+    logits_fn, x, y = tanh_mlp_batch(batch=2)
     args = dict(x=x, y=y, eps=0.1, key=jax.random.key(0))
     if "x" in change:
         change = dict(change, x=x.at[0, 0, 0, 0].set(change["x"]))
@@ -233,7 +187,7 @@ def test_empty_batch():
 def test_targets_one_call_at_a_time_equal_one_call_over_all():
     """`first_target` lets the caller run targets one by one, dropping the cases broken so
     far, with the same outcome per case as one call over every target."""
-    logits_fn, x, y = _mlp_batch(batch=8)
+    logits_fn, x, y = tanh_mlp_batch(batch=8)
     keys = jax.random.split(jax.random.key(5), y.shape[0])
     whole = fab(logits_fn, x, y, 0.03, key=keys, n_target_classes=3, steps=10)
     broken = np.zeros(y.shape, bool)
@@ -314,7 +268,7 @@ class JitOfTheCallerTest(chex.TestCase):
 
     @chex.variants(without_jit=True)
     def test_fab_called_eagerly_equals_the_jitted_program(self):
-        _, x, y = _mlp_batch()
+        _, x, y = tanh_mlp_batch()
         keys = jax.random.split(jax.random.key(5), 8)
         expected = _jitted("linf")(x, y, 0.02, keys)
         actual = self.variant(

@@ -4,55 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import linear_boundary_case, tanh_mlp_batch
 
 from advjax.attacks import ATTACKS, fmn, perturbation_norm
-
-DUAL = {"linf": 1, "l2": 2}
-
-
-def _linear_case(seed=0, batch=8, dim=48, classes=6):
-    """A linear model and points well inside [0, 1] whose closest boundary is near; the
-    exact minimal adversarial distance, in closed form with NumPy: the smallest over classes
-    k != y of (z_y - z_k) / ||w_y - w_k||_dual (the box never binds that close)."""
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=(dim, classes))
-    xs, ys = [], []
-    for _ in range(batch):
-        y, t = rng.choice(classes, 2, replace=False)
-        others = [k for k in range(classes) if k != y]
-        a = np.stack([w[:, y] - w[:, k] for k in others])
-        goal = np.where(np.array(others) == t, rng.uniform(0.05, 0.3), 2.0)
-        x0 = rng.uniform(0.45, 0.55, dim)
-        xs.append(x0 + a.T @ np.linalg.solve(a @ a.T, goal - a @ (x0 - 0.5)))
-        ys.append(y)
-    x, y = np.stack(xs), np.asarray(ys)
-    assert np.all((x > 0.25) & (x < 0.75))
-    z = (x - 0.5) @ w
-    exact = {}
-    for norm, dual in DUAL.items():
-        with np.errstate(divide="ignore", invalid="ignore"):  # k == y: masked below
-            gaps = np.stack(
-                [(z[np.arange(batch), y] - z[:, k])
-                 / np.linalg.norm(w[:, y] - w[:, [k]], dual, axis=0) for k in range(classes)],
-                axis=1,
-            )  # fmt: skip
-        gaps[np.arange(batch), y] = np.inf
-        exact[norm] = gaps.min(axis=1)
-    assert np.all(exact["linf"] < 0.2)  # inside the box: the closed form is the minimum
-    wj = jnp.asarray(w, jnp.float32)
-    logits_fn = lambda v: (v.reshape(v.shape[0], -1) - 0.5) @ wj  # noqa: E731
-    return logits_fn, jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.int32), exact
-
-
-def _mlp_batch(batch=16, seed=1):
-    """A small tanh network (not linear: FMN's boundary estimates are approximate) and
-    uniform inputs labelled by its own predictions."""
-    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
-    w1 = jax.random.normal(k1, (48, 32)) * 3.0 / np.sqrt(48)
-    w2 = jax.random.normal(k2, (32, 10)) / np.sqrt(32)
-    logits_fn = lambda z: jnp.tanh(z.reshape(z.shape[0], -1) @ w1 - 1.5) @ w2  # noqa: E731
-    x = jax.random.uniform(k3, (batch, 4, 4, 3))
-    return logits_fn, x, jnp.argmax(logits_fn(x), -1).astype(jnp.int32)
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
@@ -62,7 +16,7 @@ def test_finds_the_closed_form_minimal_distance_of_a_linear_model(norm):
     at least 12 of 16 in L2. (An exactly linear model is FMN's degenerate case: its boundary
     estimate is exact, and in L2 the projection puts the iterate on the boundary along the
     gradient, where it can stay, rounding to the true class, without crossing.)"""
-    logits_fn, x, y, exact = _linear_case(batch=16)
+    logits_fn, x, y, exact = linear_boundary_case(batch=16)
     r = jax.jit(lambda a, b: fmn(logits_fn, a, b, norm=norm, steps=100))(x, y)
     d = np.asarray(r.distance, np.float64)
     assert np.all(d >= exact[norm] * (1 - 1e-4)), (d, exact[norm])
@@ -73,7 +27,7 @@ def test_finds_the_closed_form_minimal_distance_of_a_linear_model(norm):
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 def test_returned_points_are_adversarial_in_the_box_at_the_reported_distance(norm):
-    logits_fn, x, y = _mlp_batch()
+    logits_fn, x, y = tanh_mlp_batch(batch=16)
     r = fmn(logits_fn, x, y, norm=norm, steps=50)
     found = np.isfinite(np.asarray(r.distance))
     assert found.sum() >= 12
@@ -85,7 +39,7 @@ def test_returned_points_are_adversarial_in_the_box_at_the_reported_distance(nor
 
 
 def test_misclassified_inputs_are_returned_unchanged_at_distance_zero():
-    logits_fn, x, y, _ = _linear_case(seed=2)
+    logits_fn, x, y, _ = linear_boundary_case(seed=2)
     wrong = (jnp.argmax(logits_fn(x), -1) + 1) % 6
     r = fmn(logits_fn, x, wrong, steps=5)
     np.testing.assert_array_equal(r.distance, 0.0)
@@ -96,7 +50,7 @@ def test_misclassified_inputs_are_returned_unchanged_at_distance_zero():
 def test_a_smaller_budget_is_never_reached_sooner():
     """`first_step` dates the first adversarial iterate within eps: a tighter eps is never
     reached at an earlier step, and a case whose distance exceeds eps has none (-1)."""
-    logits_fn, x, y, exact = _linear_case(seed=3)
+    logits_fn, x, y, exact = linear_boundary_case(seed=3)
     loose = fmn(logits_fn, x, y, steps=60, eps=0.3)
     tight = fmn(logits_fn, x, y, steps=60, eps=float(np.median(exact["linf"])))
     reached = np.asarray(tight.first_step) >= 0
@@ -106,7 +60,7 @@ def test_a_smaller_budget_is_never_reached_sooner():
 
 
 def test_eager_call_equals_the_jitted_program():
-    logits_fn, x, y, _ = _linear_case(seed=4)
+    logits_fn, x, y, _ = linear_boundary_case(seed=4)
     eager = fmn(logits_fn, x, y, norm="l2", steps=20)
     jitted = jax.jit(lambda a, b: fmn(logits_fn, a, b, norm="l2", steps=20))(x, y)
     np.testing.assert_allclose(eager.distance, jitted.distance, rtol=1e-5)
@@ -123,13 +77,13 @@ def test_eager_call_equals_the_jitted_program():
     ],
 )
 def test_bad_arguments_are_refused_naming_the_argument(kwargs, match):
-    logits_fn, x, y, _ = _linear_case()
+    logits_fn, x, y, _ = linear_boundary_case()
     with pytest.raises(ValueError, match=match):
         fmn(logits_fn, x, y, **kwargs)
 
 
 def test_pixels_outside_the_unit_interval_are_refused():
-    logits_fn, x, y, _ = _linear_case()
+    logits_fn, x, y, _ = linear_boundary_case()
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         fmn(logits_fn, x + 1.0, y)
 
@@ -137,7 +91,7 @@ def test_pixels_outside_the_unit_interval_are_refused():
 def test_registry_run_breaks_exactly_the_cases_within_eps():
     """As a bounded attack (campaigns, AutoAttack members): broken where the minimal
     distance is within eps, the returned point inside the eps-ball either way."""
-    logits_fn, x, y, exact = _linear_case(seed=5)
+    logits_fn, x, y, exact = linear_boundary_case(seed=5)
     eps = float(np.median(exact["linf"]))
     info = ATTACKS["fmn"]
     r = info.run(logits_fn, x, y, eps, keys=None, restart=0, target=0, norm="linf", steps=100,
