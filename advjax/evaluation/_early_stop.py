@@ -164,14 +164,8 @@ class _CampaignStage:
     batch. `out` collects what the records need."""
 
     def __init__(self, program: Program, spec: AttackSpec, x, y, eps: float, keys, out):
-        self.program, self.spec, self.x, self.y, self.keys, self.out = (
-            program,
-            spec,
-            x,
-            y,
-            keys,
-            out,
-        )
+        self.program, self.spec, self.out = program, spec, out
+        self.x, self.y, self.keys = x, y, keys
         self.eps = jnp.float32(eps)
         # At eps 0 every iterate of every restart is x itself: the first evaluation decides.
         self.steps, restarts = (1, 1) if eps == 0 and spec.method == "pgd" else (
@@ -200,14 +194,8 @@ class _CampaignStage:
             yield part, self._result(part, x_adv, adv, loss, broken, capped)
 
     def _chunked(self, todo, restart):
-        x, y, keys, out, spec, program = (
-            self.x,
-            self.y,
-            self.keys,
-            self.out,
-            self.spec,
-            self.program,
-        )
+        x, y, keys, out = self.x, self.y, self.keys, self.out
+        spec, program = self.spec, self.program
         n = len(y)
         fields = [np.zeros((n, *x.shape[1:]), np.float32), None, np.zeros(n, np.float32),
                   np.zeros(n, np.int32)]  # fmt: skip
