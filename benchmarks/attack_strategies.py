@@ -32,7 +32,7 @@ from advjax.evaluation import AttackSpec, attack_cases, case_keys, key_from_path
 from advjax.io import load_logits_fn
 from advjax.train import to_float
 from benchmarks.machine import describe_machine, maxrss_mib
-from benchmarks.report import write_atomic
+from benchmarks.report import write_report
 
 REPO = str(Path(__file__).resolve().parents[1])
 
@@ -216,11 +216,7 @@ def main(argv=None) -> dict:
             "identical robust cases (early stop vs full)."
         ),
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(str(out / "attack_strategies.json"), json.dumps(result, indent=2) + "\n")
-    write_atomic(str(out / "attack_strategies.md"), markdown(result))
-    print(markdown(result))
+    write_report(args.out, "attack_strategies", result, markdown(result))
     return result
 
 

@@ -13,7 +13,6 @@ benchmarks/results/full_test_split.{json,md}.
 """
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from advjax.evaluation import AttackSpec, ThreatModel, format_rate, rate, run_at
 from advjax.io import RecordLog, load_logits_fn
 from advjax.train import to_float
 from benchmarks.machine import describe_machine, maxrss_mib
-from benchmarks.report import write_atomic
+from benchmarks.report import write_report
 
 REPO = str(Path(__file__).resolve().parents[1])
 
@@ -122,11 +121,7 @@ def main(argv=None) -> dict:
         )
         + "\n"
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(str(out / "full_test_split.json"), json.dumps(result, indent=2) + "\n")
-    write_atomic(str(out / "full_test_split.md"), text)
-    print(text)
+    write_report(args.out, "full_test_split", result, text)
     return result
 
 
