@@ -98,20 +98,20 @@ class Member:
         records' per-case queries are counted the same way."""
         return self.info.queries(self.run_steps) * self.eot
 
-    def passes_per_run(self, classes: int) -> tuple[int, int]:
-        """(forward, backward) model passes one run spends on a case at most."""
-        forward, backward = self.info.passes(self.run_steps, classes)
-        return forward * self.eot, backward * self.eot
-
     def passes(self, queries: int, classes: int) -> dict:
         """{"member", "forward", "backward"}: the model passes `queries` (the member's, on
         all cases together) stand for: a gradient member's queries are whole runs
-        (`queries_per_run` each, `passes_per_run` passes), a score-based member's one
-        forward pass each."""
+        (`queries_per_run` each, the registry's passes per run times `eot` draws), a
+        score-based member's one forward pass each."""
         if self.info.kind == "score":
             return {"member": self.name, "forward": queries, "backward": 0}
-        runs, (forward, backward) = queries // self.queries_per_run, self.passes_per_run(classes)
-        return {"member": self.name, "forward": runs * forward, "backward": runs * backward}
+        runs = queries // self.queries_per_run
+        forward, backward = self.info.passes(self.run_steps, classes)
+        return {
+            "member": self.name,
+            "forward": runs * forward * self.eot,
+            "backward": runs * backward * self.eot,
+        }
 
     def runs(self) -> list[tuple[int, int]]:
         """(target, restart) of every run, in order (target 0 for untargeted members)."""
