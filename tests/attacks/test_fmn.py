@@ -12,17 +12,15 @@ from advjax.attacks import ATTACKS, fmn, perturbation_norm
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 def test_finds_the_closed_form_minimal_distance_of_a_linear_model(norm):
     """Never below the exact minimum (it is the distance of a real adversarial point), and
-    within 2 % of it after 100 steps wherever it found a point: on every case in L-inf, on
-    at least 12 of 16 in L2. (An exactly linear model is FMN's degenerate case: its boundary
-    estimate is exact, and in L2 the projection puts the iterate on the boundary along the
-    gradient, where it can stay, rounding to the true class, without crossing.)"""
+    within 2 % of it after 100 steps on every case. An exactly linear model is FMN's
+    degenerate case: its boundary estimate is exact, and in L2 the projection puts the
+    iterate on the boundary along the gradient, where it can stay, rounding to the true
+    class, without ever crossing; the confirming push must carry it across."""
     logits_fn, x, y, exact = linear_boundary_case(batch=16)
     r = jax.jit(lambda a, b: fmn(logits_fn, a, b, norm=norm, steps=100))(x, y)
     d = np.asarray(r.distance, np.float64)
     assert np.all(d >= exact[norm] * (1 - 1e-4)), (d, exact[norm])
-    close = d <= exact[norm] * 1.02
-    assert np.all(close | np.isinf(d)), d / exact[norm]
-    assert close.sum() >= (16 if norm == "linf" else 12), d / exact[norm]
+    assert np.all(d <= exact[norm] * 1.02), d / exact[norm]
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
@@ -36,6 +34,21 @@ def test_returned_points_are_adversarial_in_the_box_at_the_reported_distance(nor
     size = np.asarray(perturbation_norm(r.x_adv - x, norm))
     np.testing.assert_allclose(size[found], np.asarray(r.distance)[found], rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(r.x_adv)[~found], np.asarray(x)[~found])
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_returned_points_clear_the_boundary_by_more_than_rounding(norm):
+    """Minimum-norm points lie on the boundary, where the last bit of the logits decides;
+    the point returned is adversarial by a margin that a differently compiled forward pass
+    (here: eager, one example at a time, in float64 after the logits) does not round away."""
+    logits_fn, x, y = tanh_mlp_batch(batch=16)
+    r = jax.jit(lambda a, b: fmn(logits_fn, a, b, norm=norm, steps=100))(x, y)
+    found = np.flatnonzero(np.isfinite(np.asarray(r.distance)))
+    assert len(found) >= 12
+    for i in found:
+        z = np.asarray(logits_fn(r.x_adv[i : i + 1]), np.float64)[0]
+        gap = np.max(np.delete(z, int(y[i]))) - z[int(y[i])]
+        assert gap > 0, (i, gap)
 
 
 def test_misclassified_inputs_are_returned_unchanged_at_distance_zero():
@@ -63,7 +76,7 @@ def test_eager_call_equals_the_jitted_program():
     logits_fn, x, y, _ = linear_boundary_case(seed=4)
     eager = fmn(logits_fn, x, y, norm="l2", steps=20)
     jitted = jax.jit(lambda a, b: fmn(logits_fn, a, b, norm="l2", steps=20))(x, y)
-    np.testing.assert_allclose(eager.distance, jitted.distance, rtol=1e-5)
+    np.testing.assert_allclose(eager.distance, jitted.distance, rtol=1e-3)
 
 
 @pytest.mark.parametrize(
