@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.evaluation import make_attack_fn
+from advjax.evaluation.engine import make_attack_fn
 from advjax.model import CompactCNN, eval_logits_fn
 from advjax.train import Batch, TrainConfig, create_train_state, make_train_step, to_float
 from benchmarks.config import EPS, BenchConfig, WorkloadSpec
@@ -95,7 +95,7 @@ class TrainWorkload:
 class EvalWorkload:
     """FGSM, PGD or clean inference over `config.n_eval` images in batches of `eval_batch`.
 
-    Attacks use `advjax.evaluation.make_attack_fn`, which, like the reference, also scores the
+    Attacks use `advjax.evaluation.engine.make_attack_fn`, which, like the reference, also scores the
     attacked batch with a final forward pass; the model is a freshly initialised CompactCNN
     in eval mode. One repetition is one pass over all images.
     """

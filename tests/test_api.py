@@ -19,6 +19,7 @@ PACKAGES = [
     "advjax.backend",
     "advjax.data",
     "advjax.evaluation",
+    "advjax.evaluation.engine",
     "advjax.io",
     "advjax.model",
     "advjax.train",

@@ -5,6 +5,7 @@ gate.
 
 The pipeline: `ThreatModel` + `AttackSpec` -> `run_attack` / `run_autoattack` (records, with
 early stop, on one engine) -> `aggregate_records` -> `run_checks` -> `run_summary` -> `decide`.
+The engine's pieces, for writing another runner, are in `advjax.evaluation.engine`.
 """
 
 from advjax.evaluation._aggregate import (
@@ -17,7 +18,6 @@ from advjax.evaluation._aggregate import (
     worst_class,
 )
 from advjax.evaluation._attack_spec import (
-    METHODS,
     AttackSpec,
     check_within_threat_model,
 )
@@ -36,24 +36,10 @@ from advjax.evaluation._autoattack_records import (
     member_hash,
     run_autoattack,
 )
-from advjax.evaluation._autoattack_stages import (
-    attack_members,
-    eot_logits,
-)
-from advjax.evaluation._batch import (
-    make_attack_fn,
-)
 from advjax.evaluation._campaign import (
-    ListLog,
     attack_group,
     replay_record,
     run_attack,
-)
-from advjax.evaluation._early_stop import (
-    Outcome,
-    Program,
-    attack_cases,
-    make_program,
 )
 from advjax.evaluation._gate import (
     EXIT_CODES,
@@ -65,10 +51,6 @@ from advjax.evaluation._gate import (
     load_policy,
     parse_eps,
     parse_policy,
-)
-from advjax.evaluation._keys import (
-    case_keys,
-    key_from_path,
 )
 from advjax.evaluation._metrics import (
     attack_summary,
@@ -113,9 +95,7 @@ from advjax.evaluation._threat_model import (
 
 __all__ = [
     "aggregate_records",
-    "attack_cases",
     "attack_group",
-    "attack_members",
     "attack_summary",
     "AttackSpec",
     "AUTOATTACK",
@@ -124,7 +104,6 @@ __all__ = [
     "autoattack_threat_model",
     "AutoAttackResult",
     "budget_curves",
-    "case_keys",
     "Check",
     "check_eps_zero",
     "check_finite_loss",
@@ -140,28 +119,20 @@ __all__ = [
     "decide",
     "Decision",
     "EXIT_CODES",
-    "eot_logits",
     "find_group",
     "format_decision",
     "format_eps",
     "format_rate",
     "group_records",
-    "key_from_path",
-    "ListLog",
     "load_policy",
-    "make_attack_fn",
-    "make_program",
     "mcnemar_exact",
     "Member",
     "member_hash",
-    "METHODS",
-    "Outcome",
     "parse_eps",
     "paired_robustness",
     "parse_policy",
     "per_class",
     "PolicyError",
-    "Program",
     "rate",
     "read_run_summary",
     "Reason",

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax.attacks import pgd_start
-from advjax.evaluation import AttackSpec, format_eps, make_program
+from advjax.evaluation import AttackSpec, format_eps
+from advjax.evaluation.engine import make_program
 from advjax.model import CompactCNN, eval_logits_fn
 from experiments.cifar_robustness.config import StudyConfig
 from experiments.cifar_robustness.evaluation import attack_specs, spec_cases, study_threat_model

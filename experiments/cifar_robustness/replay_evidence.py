@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax.attacks import per_example_margin
-from advjax.evaluation import Check, ListLog, attack_group, format_eps, make_program
+from advjax.evaluation import Check, attack_group, format_eps
+from advjax.evaluation.engine import ListLog, make_program
 
 
 def replay_examples(records: dict, *, threat_model, spec, model, mhash, logits_fn, x, y, ids, eps):

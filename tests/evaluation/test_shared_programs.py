@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from advjax._jit_argument import as_jit_argument
-from advjax.evaluation import AttackSpec, make_attack_fn, make_program
+from advjax.evaluation import AttackSpec
 from advjax.evaluation._autoattack import _clean_program, clean_predictions
 from advjax.evaluation._batch import _attack_program
 from advjax.evaluation._early_stop import _search_program
+from advjax.evaluation.engine import make_attack_fn, make_program
 from advjax.model import eval_logits_fn
 
 

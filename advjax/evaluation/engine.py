@@ -1,0 +1,30 @@
+"""The pieces under `run_attack` and `run_autoattack`, for writing another runner.
+
+`advjax.evaluation` is the page most users need; this module holds what a new runner or a
+benchmark builds on: the engine (`attack_stages`: stages of runs over the cases still
+unbroken, outcomes reported at once), the campaign's and AutoAttack's own loops on it
+(`attack_cases`, `attack_members`), the compiled attack programs they run (`make_program`,
+`Program`, `make_attack_fn`), per-case keys from key paths (`key_from_path`, `case_keys`),
+the expectation over transformations of a random model (`eot_logits`) and an in-memory
+record log (`ListLog`).
+"""
+
+from advjax.evaluation._autoattack_stages import attack_members, eot_logits
+from advjax.evaluation._batch import make_attack_fn
+from advjax.evaluation._campaign import ListLog
+from advjax.evaluation._early_stop import Program, attack_cases, make_program
+from advjax.evaluation._engine import attack_stages
+from advjax.evaluation._keys import case_keys, key_from_path
+
+__all__ = [
+    "attack_cases",
+    "attack_members",
+    "attack_stages",
+    "case_keys",
+    "eot_logits",
+    "key_from_path",
+    "ListLog",
+    "make_attack_fn",
+    "make_program",
+    "Program",
+]
