@@ -28,7 +28,8 @@ import numpy as np
 from advjax import backend
 from advjax.attacks import pgd_search
 from advjax.data import load_cifar10
-from advjax.evaluation import AttackSpec, attack_cases, case_keys, key_from_path, make_program
+from advjax.evaluation import AttackSpec, parse_eps
+from advjax.evaluation.engine import attack_cases, case_keys, key_from_path, make_program
 from advjax.io import load_logits_fn
 from advjax.train import to_float
 from benchmarks.machine import describe_machine, maxrss_mib
@@ -172,12 +173,15 @@ def main(argv=None) -> dict:
     p.add_argument("--n", type=int, default=500)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--restarts", type=int, default=4)
-    p.add_argument("--eps", type=float, nargs="+", default=[2.0, 8.0], help="early-stop eps, /255")
+    p.add_argument("--eps", type=parse_eps, nargs="+", default=[2 / 255, 8 / 255],
+                   help="early-stop L-inf budgets, e.g. 2/255 8/255")  # fmt: skip
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--out", default=str(Path(REPO) / "benchmarks" / "results"))
     args = p.parse_args(argv)
+    if not all(e <= 1 for e in args.eps):
+        p.error(f"--eps {args.eps} must be in [0, 1], e.g. 8/255")
     from benchmarks.machine import load_average
 
     study = Path(args.study)
@@ -189,7 +193,7 @@ def main(argv=None) -> dict:
     y = np.asarray(data.test_labels[idx])
     load_start = load_average()
     rows = [
-        early_stop_row(logits_fn, x, y, e / 255, args.steps, args.restarts, args.batch, args.reps)
+        early_stop_row(logits_fn, x, y, e, args.steps, args.restarts, args.batch, args.reps)
         for e in args.eps
     ]
     xs, ys = x[: args.batch * 2], y[: args.batch * 2]

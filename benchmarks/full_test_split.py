@@ -22,7 +22,7 @@ import numpy as np
 
 from advjax import backend
 from advjax.data import load_cifar10
-from advjax.evaluation import AttackSpec, ThreatModel, format_rate, rate, run_attack
+from advjax.evaluation import AttackSpec, ThreatModel, format_rate, parse_eps, rate, run_attack
 from advjax.io import RecordLog, load_logits_fn
 from advjax.train import to_float
 from benchmarks.machine import describe_machine, maxrss_mib
@@ -38,7 +38,7 @@ def main(argv=None) -> dict:
     )
     p.add_argument("--study", default="results")
     p.add_argument("--model", default="standard")
-    p.add_argument("--eps", type=float, default=8.0, help="eps in /255")
+    p.add_argument("--eps", type=parse_eps, default=8 / 255, help="L-inf budget, e.g. 8/255")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--restarts", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=250)
@@ -49,7 +49,9 @@ def main(argv=None) -> dict:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default=str(Path(REPO) / "benchmarks" / "results"))
     args = p.parse_args(argv)
-    eps = args.eps / 255
+    if args.eps is not None and not args.eps <= 1:
+        p.error(f"--eps {args.eps:g} must be in [0, 1], e.g. 8/255")
+    eps = args.eps
     data = load_cifar10(args.data_dir)
     n = len(data.test_labels) if args.limit is None else args.limit
     x, y = np.asarray(to_float(data.test_images[:n])), np.asarray(data.test_labels[:n])
@@ -76,7 +78,8 @@ def main(argv=None) -> dict:
         x=x,
         y=y,
         case_ids=np.arange(n),
-        root_path=[0, "full_test_split"],
+        seed=0,
+        stream="full_test_split",
         show_progress=not args.no_progress,
     )
     seconds = time.perf_counter() - started
@@ -109,7 +112,7 @@ def main(argv=None) -> dict:
                 f"`{result['command']}` · git {result['machine']['git']['commit']}",
                 "",
                 f"- model `{args.model}`, {n:,} test images, PGD {args.steps} steps x "
-                f"{args.restarts} restarts at {args.eps:g}/255, batches of {args.batch_size}",
+                f"{args.restarts} restarts at {args.eps * 255:g}/255, batches of {args.batch_size}",
                 f"- wall time {seconds:.0f} s ({n / seconds:.1f} images/s); gradient queries "
                 f"{result['queries']:,} of at most {result['max_queries']:,} (early stop)",
                 f"- clean accuracy {format_rate(result['clean_accuracy'])}; robust accuracy "

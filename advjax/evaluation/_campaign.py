@@ -6,7 +6,7 @@ An evaluation campaign is a declared `ThreatModel`, one or more models and a lis
 run resumes where it stopped and every aggregate is computed from the records alone.
 
 Randomness: case `i` of a group (model, attack, eps) uses the key named by the path
-`root_path + [model, attack, eps, i]` (`advjax.evaluation`); restart `r` of that case uses
+`[seed, stream, model, attack, eps, i]` (`advjax.evaluation.engine.key_from_path`); restart `r` of that case uses
 `fold_in(case key, r)`. Restarts run one after another over the cases still unbroken
 (a broken case is final: the earliest breaking restart decides it), in batches padded
 to a fixed `batch_size`, and within a restart broken cases stop between chunks of steps
@@ -54,7 +54,8 @@ def run_attack(
     x: np.ndarray,
     y: np.ndarray,
     case_ids: Sequence[int],
-    root_path: Sequence[int | str],
+    seed: int,
+    stream: str = "attack",
     source_fn: LogitsFn | None = None,
     source_hash: str | None = None,
     show_progress: bool = True,
@@ -67,7 +68,11 @@ def run_attack(
       threat_model: declared before the run; the spec must fit inside it.
       spec, model, model_hash, logits_fn: the attack and the evaluated model.
       x, y, case_ids: the evaluation cases (pixels in [0, 1], labels, stable ids).
-      root_path: key path of the run, e.g. [seed, "attack"]; case keys extend it.
+      seed: the run's seed, the first element of every case's key path (stored in its
+        record), as in `run_autoattack`.
+      stream: the second element, which keeps this run's keys apart from another run's
+        under the same seed (the study's attacks use "attack", its attack variants
+        "attack_variants").
       source_fn, source_hash: the surrogate of a transfer attack (spec.source set).
 
     Raises:
@@ -113,7 +118,7 @@ def run_attack(
             y=y[todo],
             case_ids=ids[todo],
             eps=eps,
-            group_path=[*root_path, model, spec.name, format_eps(eps)],
+            group_path=[int(seed), stream, model, spec.name, format_eps(eps)],
             show_progress=show_progress,
         )
         log_line(

@@ -147,7 +147,8 @@ def run_part(out: Path, tm: ThreatModel, specs, names, study, study_dir, x, y, p
                 x=x,
                 y=y,
                 case_ids=np.arange(len(y)),
-                root_path=[study["config"]["seed"], "attack_variants"],
+                seed=study["config"]["seed"],
+                stream="attack_variants",
                 show_progress=progress,
             )
     records = [r for r in log.read() if r.model in names]

@@ -174,7 +174,7 @@ def evaluate_model(
             x=x[cases],
             y=y[cases],
             case_ids=ids[cases],
-            root_path=[config.seed, "attack"],
+            seed=config.seed,
             source_fn=source_fn,
             source_hash=source_hash,
             show_progress=show_progress,

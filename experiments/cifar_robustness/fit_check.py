@@ -22,7 +22,7 @@ import jax
 
 from advjax import backend
 from advjax.data import load_cifar10, study_splits
-from advjax.evaluation import format_rate, rate
+from advjax.evaluation import format_rate, parse_eps, rate
 from advjax.io import atomic_write_json, environment, load_checkpoint
 from advjax.train import pgd_accuracy, subset_indices
 from experiments.cifar_robustness.study import model_train_indices
@@ -42,15 +42,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--models", nargs="+", default=None, help="default: every trained model")
     p.add_argument("--n", type=int, default=1000, help="images from each of the two sets")
     p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--eps", type=float, default=8.0, help="eps in /255")
+    p.add_argument("--eps", type=parse_eps, default=8 / 255, help="L-inf budget, e.g. 8/255")
     p.add_argument("--seed", type=int, default=0, help="seed of the subsets and the starts")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--out", default=None, help="output folder (default <study>/fit_check)")
     args = p.parse_args(argv)
     if args.n < 1 or args.steps < 1:
         p.error(f"--n {args.n} and --steps {args.steps} must be >= 1")
-    if not 0 <= args.eps <= 255:
-        p.error(f"--eps {args.eps:g} must be in [0, 255] (pixel units /255)")
+    if args.eps is not None and not args.eps <= 1:
+        p.error(f"--eps {args.eps:g} must be in [0, 1], e.g. 8/255")
     return args
 
 
@@ -87,7 +87,7 @@ def check(args: argparse.Namespace, out: Path, argv) -> dict:
     names = args.models or [n for n in study["models"] if n in specs]
     key = jax.random.key(args.seed)
     val = splits.val[subset_indices(len(splits.val), args.n, jax.random.fold_in(key, _VAL_STREAM))]
-    eps = args.eps / 255
+    eps = args.eps
     rows = {}
     for name in names:
         spec = types.SimpleNamespace(**specs[name])

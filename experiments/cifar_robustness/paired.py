@@ -1,6 +1,6 @@
 """Two models on the same attacked cases, pair by pair:
 `python -m experiments.cifar_robustness.paired --records RUN [--records ...] --pair A B
---attack pgd --eps 8`.
+--attack pgd --eps 8/255`.
 
 For each pair, the (A, B) records of one attack at one eps are matched case by case
 (`advjax.evaluation.paired_robustness`): robust accuracy of each, the cases only A holds and
@@ -16,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from advjax.evaluation import format_rate, group_records, paired_robustness
+from advjax.evaluation import format_rate, group_records, paired_robustness, parse_eps
 from advjax.io import atomic_write_json, atomic_write_text, environment, read_records, record_file
 from experiments.cli import hold_output_folder, run_command
 
@@ -32,11 +32,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--pair", nargs=2, action="append", required=True, metavar=("A", "B"),
                    help="two models to compare (repeatable)")  # fmt: skip
     p.add_argument("--attack", required=True, help="the attack name of the records, e.g. pgd")
-    p.add_argument("--eps", type=float, required=True, help="eps in /255")
+    p.add_argument("--eps", type=parse_eps, required=True, help="L-inf budget, e.g. 8/255")
     p.add_argument("--out", default=None, help="output folder (default <first records>/paired)")
     args = p.parse_args(argv)
-    if not 0 <= args.eps <= 255:
-        p.error(f"--eps {args.eps:g} must be in [0, 255] (pixel units /255)")
+    if args.eps is not None and not args.eps <= 1:
+        p.error(f"--eps {args.eps:g} must be in [0, 1], e.g. 8/255")
     return args
 
 
@@ -108,7 +108,7 @@ def compare(args: argparse.Namespace, out: Path, argv) -> dict:
     """Every pair's comparison into `out` (the lock is held)."""
     models = {m for pair in args.pair for m in pair}
     paths = [record_path(s) for s in args.records]
-    groups = selected_groups(paths, models, args.attack, args.eps)
+    groups = selected_groups(paths, models, args.attack, args.eps * 255)
     pairs = []
     for a, b in args.pair:
         try:
@@ -122,11 +122,11 @@ def compare(args: argparse.Namespace, out: Path, argv) -> dict:
         "command": f"python -m {PROG} " + shlex.join(sys.argv[1:] if argv is None else argv),
         "records": [str(p) for p in paths],
         "attack": args.attack,
-        "eps": args.eps,
+        "eps": round(args.eps * 255, 6),
         "pairs": pairs,
         "environment": environment(),
     }
-    stem = f"{args.attack}_eps{args.eps:g}"
+    stem = f"{args.attack}_eps{args.eps * 255:g}"
     atomic_write_json(out / f"{stem}.json", result)
     atomic_write_text(out / f"{stem}.md", markdown(result))
     return result

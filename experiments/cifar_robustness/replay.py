@@ -1,7 +1,7 @@
 """Re-run single records of a study run and compare them field by field.
 
     python -m experiments.cifar_robustness.replay --run results --line 1234 [--line ...]
-    python -m experiments.cifar_robustness.replay --run results --model standard --attack pgd --eps 8 --case 17
+    python -m experiments.cifar_robustness.replay --run results --model standard --attack pgd --eps 8/255 --case 17
 
 Each record is re-attacked alone from its stored key path, attack config and threat
 model, on the checkpoint whose hash it names, and compared as the study's replay check
@@ -25,6 +25,7 @@ from advjax.data import load_cifar10
 from advjax.evaluation import (
     AttackSpec,
     ThreatModel,
+    parse_eps,
     replay_record,
 )
 from advjax.io import (
@@ -90,9 +91,11 @@ def main(argv=None) -> int:
     p.add_argument("--line", type=int, action="append", default=[], help="1-based record line")
     p.add_argument("--model"), p.add_argument("--attack")
     p.add_argument("--case", type=int, action="append", default=[], help="case id (repeatable)")
-    p.add_argument("--eps", type=float, help="eps in /255")
+    p.add_argument("--eps", type=parse_eps, help="L-inf budget, e.g. 8/255")
     p.add_argument("--data-dir", default=None)
     args = p.parse_args(argv)
+    if args.eps is not None and not args.eps <= 1:
+        p.error(f"--eps {args.eps:g} must be in [0, 1], e.g. 8/255")
     run = Path(args.run)
     try:
         results = json.loads((run / "results.json").read_text())
@@ -104,7 +107,7 @@ def main(argv=None) -> int:
                 for r in records
                 if (r.model, r.attack) == (args.model, args.attack)
                 and r.case_id in args.case
-                and abs(r.eps * 255 - args.eps) < 1e-6
+                and abs(r.eps - args.eps) < 1e-9
             ]
         if not chosen:
             raise ValueError("no record chosen: give --line N or --model --attack --eps --case")

@@ -34,6 +34,7 @@ from advjax.evaluation import (
     find_group,
     format_eps,
     format_rate,
+    parse_eps,
     rate,
     run_autoattack,
     run_summary,
@@ -164,12 +165,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--targets", type=int, default=9)
     p.add_argument("--queries", type=int, default=5000)
-    p.add_argument("--eps", type=float, default=8.0, help="eps in /255")
+    p.add_argument("--eps", type=parse_eps, default=8 / 255, help="L-inf budget, e.g. 8/255")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--no-progress", action="store_true")
     add_repair_flag(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.eps is not None and not args.eps <= 1:
+        p.error(f"--eps {args.eps:g} must be in [0, 1], e.g. 8/255")
+    return args
 
 
 def main(argv=None) -> dict:
@@ -188,7 +192,7 @@ def evaluate(args: argparse.Namespace, out: Path, argv) -> dict:
     """AutoAttack every model of the study into `out`; the summary (the lock is held)."""
     study_dir = Path(args.study)
     study = json.loads((study_dir / "results.json").read_text())
-    eps = args.eps / 255
+    eps = args.eps
     specs = members(args.steps, args.targets, args.queries)
     tm = autoattack_threat_model(eps, specs, "linf")
     print(tm.describe())

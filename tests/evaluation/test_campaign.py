@@ -13,14 +13,13 @@ from advjax.evaluation import (
     AttackSpec,
     ThreatModel,
     aggregate_records,
-    case_keys,
     find_group,
     format_eps,
-    key_from_path,
     replay_record,
     run_attack,
 )
 from advjax.evaluation._early_stop import chunk_bounds
+from advjax.evaluation.engine import case_keys, key_from_path
 from advjax.io import RecordLog, read_records
 from advjax.model import eval_logits_fn
 
@@ -42,7 +41,8 @@ def _run(log, spec, logits_fn, x, y, ids=None, **kw):
         x=x,
         y=y,
         case_ids=np.arange(len(y)) if ids is None else ids,
-        root_path=ROOT,
+        seed=ROOT[0],
+        stream=ROOT[1],
         show_progress=False,
         log_line=lambda _: None,
         **kw,

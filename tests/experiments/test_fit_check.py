@@ -35,7 +35,7 @@ def test_eps_zero_keeps_clean_accuracy_and_equal_sets_give_equal_numbers(checkpo
     assert strong["a"]["pgd_accuracy"] <= zero["a"]["pgd_accuracy"]
 
 
-@pytest.mark.parametrize("argv", [["--n", "0"], ["--steps", "0"], ["--eps", "300"]])
+@pytest.mark.parametrize("argv", [["--n", "0"], ["--steps", "0"], ["--eps", "8"]])
 def test_bad_arguments_are_refused_naming_the_flag(argv, capsys):
     with pytest.raises(SystemExit):
         parse_args(argv)

@@ -26,7 +26,7 @@ def test_models_of_two_runs_pair_case_by_case(tmp_path):
     out = tmp_path / "out"
     result = paired.main(["--records", str(tmp_path / "run_a"), "--records",
                           str(tmp_path / "run_b" / "records.jsonl.gz"), "--pair", "lever",
-                          "base", "--attack", "pgd", "--eps", "8", "--out", str(out)])  # fmt: skip
+                          "base", "--attack", "pgd", "--eps", "8/255", "--out", str(out)])  # fmt: skip
     (row,) = result["pairs"]
     assert (row["a_model"], row["b_model"], row["cases"]) == ("lever", "base", 4)
     assert (row["only_a"], row["only_b"], row["a"]["count"], row["b"]["count"]) == (2, 0, 3, 1)
@@ -39,7 +39,7 @@ def test_default_output_is_beside_the_first_records(tmp_path):
     _write(tmp_path / "run", "a", ["failed"] * 3)
     _write(tmp_path / "run", "b", ["success"] * 3)
     paired.main(["--records", str(tmp_path / "run"), "--pair", "a", "b", "--attack", "pgd",
-                 "--eps", "8"])  # fmt: skip
+                 "--eps", "8/255"])  # fmt: skip
     written = json.loads((tmp_path / "run" / "paired" / "pgd_eps8.json").read_text())
     (row,) = written["pairs"]  # a robust on all 3 cases, b on none: 3 discordant, p = 2 / 8
     assert (row["only_a"], row["only_b"], row["cases"]) == (3, 0, 3)
@@ -51,7 +51,7 @@ def test_pairs_that_cannot_be_matched_are_refused(tmp_path):
     _write(tmp_path / "one", "a", ["failed"] * 3)
     _write(tmp_path / "one", "b", ["failed"] * 2)
     _write(tmp_path / "two", "a", ["failed"] * 3, model_hash="other")
-    args = ["--attack", "pgd", "--eps", "8", "--out", str(tmp_path / "o")]
+    args = ["--attack", "pgd", "--eps", "8/255", "--out", str(tmp_path / "o")]
     with pytest.raises(ValueError, match="--pair a: the --records hold 2 different checkpoints"):
         paired.main(["--records", str(tmp_path / "one"), "--records", str(tmp_path / "two"),
                      "--pair", "a", "b", *args])  # fmt: skip
