@@ -5,7 +5,7 @@ original point onto the linearised decision hyperplane intersected with the box 
 and moves to a convex combination of the two projections biased toward the original point;
 once an iterate is adversarial it steps back toward the original point. The smallest
 adversarial perturbation found is kept. FAB-T attacks, one at a time, the classes ranked
-2nd .. (n_target_classes + 1)-th by the clean logits, with one gradient per step.
+2nd .. 10th by the clean logits (`target_ranks`), with one gradient per step.
 
 Reference: Croce & Hein, "Minimally distorted adversarial examples with a fast adaptive
 boundary attack", ICML 2020; fra31/auto-attack `fab_base.py`, `fab_projections.py`.
@@ -13,6 +13,7 @@ boundary attack", ICML 2020; fra31/auto-attack `fab_base.py`, `fab_projections.p
 
 import math
 import numbers
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import chex
@@ -183,9 +184,7 @@ def fab(
     *,
     key: chex.Array,
     norm: str = "linf",
-    targeted: bool = True,
-    n_target_classes: int = 9,
-    first_target: int = 0,
+    target_ranks: Sequence[int] | chex.Array | None = tuple(range(2, 11)),
     steps: int = 100,
     restarts: int = 1,
     alpha_max: float = 0.1,
@@ -195,11 +194,11 @@ def fab(
 ) -> FABResult:
     """Eps-bounded FAB / FAB-T attack (AutoAttack's `FABAttack_PT.perturb`).
 
-    Runs `restarts` restarts for every target rank 2 .. n_target_classes + 1 (untargeted:
+    Runs `restarts` restarts for every rank of `target_ranks` in turn (untargeted:
     `restarts` runs), `steps` steps each; an example is skipped once broken within eps.
     Restart 0 starts at x, restart r > 0 at x + 0.5 * min(distance found so far, eps_init)
-    along a random direction. Run (target t, restart r) of example i draws its noise from
-    fold_in(fold_in(key_i, t), r), so with one key per example its outcome does not depend
+    along a random direction. Run (rank t + 2, restart r) of example i draws its noise from
+    fold_in(fold_in(key_i, t), r) (untargeted: t = 0), so with one key per example its outcome does not depend
     on the rest of the batch (a single key is split into one per example). Examples already
     misclassified at x are returned as broken with distance 0 and x_adv = x, unattacked.
     `logits_fn` must treat examples independently. Jittable with static hyper-parameters;
@@ -212,11 +211,11 @@ def fab(
       eps: threat-model budget, scalar or (B,): in [0, 1] for L-inf, finite >= 0 for L2.
       key: a PRNG key, or one per example (shape (B,)).
       norm: "linf" or "l2".
-      targeted: FAB-T (one VJP per step) if True, else untargeted FAB (full Jacobian).
-      n_target_classes: number of target ranks, 1 .. K - 1 (targeted only).
-      first_target: index of the first target (rank first_target + 2), so targets can run
-        one call at a time with the keys and ranks of one call over all of them; may be
-        traced (one compiled program for every target).
+      target_ranks: FAB-T (one VJP per step) toward each of these ranks of the clean
+        logits in turn (2 = runner-up class; AutoAttack's 2 .. 10, the default), each in
+        2 .. K; may be a traced integer array (one compiled program for every target, so
+        targets can run one call at a time with the keys a call over all of them uses).
+        None: untargeted FAB (full Jacobian).
       steps: iterations per run, >= 1.
       restarts: runs per target, >= 1.
       alpha_max: cap on the bias toward the original point, in [0, 1].
@@ -270,12 +269,21 @@ def fab(
     n_classes = logits_shape[1]
     if n_classes < 2:
         raise ValueError(f"logits_fn must return at least 2 classes, got {n_classes}")
-    if targeted:
-        if _is_concrete(first_target):
-            _check_int("first_target", first_target, 0, n_classes - 2)
-            _check_int("n_target_classes", n_target_classes, 1, n_classes - 1 - first_target)
-        else:
-            _check_int("n_target_classes", n_target_classes, 1, n_classes - 1)
+    targeted = target_ranks is not None
+    if target_ranks is None:
+        ranks = jnp.asarray((2,))
+    elif isinstance(target_ranks, (range, list, tuple)):
+        ranks = jnp.asarray(tuple(target_ranks), jnp.int32)
+    else:
+        ranks = jnp.asarray(target_ranks)
+    if ranks.ndim != 1 or ranks.shape[0] == 0 or not jnp.issubdtype(ranks.dtype, jnp.integer):
+        raise ValueError(
+            f"target_ranks must be a non-empty sequence of integers, got {target_ranks!r}"
+        )
+    if _is_concrete(ranks) and not (int(ranks.min()) >= 2 and int(ranks.max()) <= n_classes):
+        raise ValueError(
+            f"target_ranks={target_ranks!r} must lie in 2 .. {n_classes} (the classes)"
+        )
     if _is_concrete(x) and not (float(jnp.min(x)) >= 0 and float(jnp.max(x)) <= 1):
         raise ValueError(
             f"x must lie in [0, 1], got values in [{float(jnp.min(x))}, {float(jnp.max(x))}]"
@@ -293,12 +301,12 @@ def fab(
     clean_logits = logits_fn(x)
     correct = jnp.argmax(clean_logits, -1) == y
     ranked = jnp.argsort(clean_logits, axis=-1)
-    n_targets = n_target_classes if targeted else 1
+    n_targets = ranks.shape[0]
     hyper = dict(norm=norm, targeted=targeted, steps=steps, alpha_max=alpha_max, eta=eta, beta=beta)
 
     def one_run(j, carry):
         best_dist = carry[1]
-        t, r = first_target + j // restarts, j % restarts
+        t, r = ranks[j // restarts] - 2, j % restarts
         active = correct & ~(best_dist <= eps)
         target = ranked[:, n_classes - 2 - t]
         run_keys = jax.vmap(lambda k: jax.random.fold_in(jax.random.fold_in(k, t), r))(keys)
@@ -330,8 +338,9 @@ def _declare(targeted: bool):
     def run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -> BatchRun:
         del restart, options
         r = fab(
-            logits_fn, x, y, eps, key=keys, norm=norm, targeted=targeted, n_target_classes=1,
-            first_target=target if targeted else 0, steps=steps, restarts=1, eps_init=eps,
+            logits_fn, x, y, eps, key=keys, norm=norm,
+            target_ranks=jnp.reshape(target + 2, (1,)) if targeted else None, steps=steps,
+            restarts=1, eps_init=eps,
         )  # fmt: skip
         broken = jnp.where(r.broken & (r.distance <= eps), 2 * steps + 1, -1).astype(jnp.int32)
         queries = jnp.full(y.shape, 2 * steps + 1, jnp.int32)

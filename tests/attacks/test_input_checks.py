@@ -24,7 +24,7 @@ ATTACKS = {
     "apgd": lambda x, y, key: apgd(logits_fn, x, y, 0.03, key=key, steps=2),
     "apgd_targeted": lambda x, y, key: apgd_targeted(logits_fn, x, y, 0.03, key=key, steps=2),
     "square_linf": lambda x, y, key: square_linf(logits_fn, x, y, 0.03, key=key, queries=3),
-    "fab": lambda x, y, key: fab(logits_fn, x, y, 0.03, key=key, steps=2, n_target_classes=1),
+    "fab": lambda x, y, key: fab(logits_fn, x, y, 0.03, key=key, steps=2, target_ranks=(2,)),
 }
 
 
