@@ -4,11 +4,15 @@ one-page report and the release gate.
     python -m advjax.evaluate --checkpoint results/checkpoints/pgd_continue2_silu.msgpack \\
         --data cifar10 --n 1000 --eps 8/255 --out runs/aa
     python -m advjax.evaluate --model mypackage.models:make_logits_fn --n 1000 --out runs/aa
+    python -m advjax.evaluate --model mypackage.models:make_logits_fn --data my_test_set.npz \
+        --out runs/aa
 
 `--model module:function` names any importable factory that returns a `logits_fn` (a
-function from a batch of NHWC pixels in [0, 1] to logits). `--n` takes the first n cases of
-the study's stratified draw of the test split (seed 42: the CIFAR study's 1,000 images for
-n=1000; every test image for n=10000). The records are written as cases are decided: a run killed
+function from a batch of NHWC pixels in [0, 1] to logits). `--data` is `cifar10` (the test
+split; `--n` takes the first n cases of the study's stratified draw, seed 42: the CIFAR
+study's 1,000 images for n=1000, every test image for n=10000) or any dataset as a `.npz`
+file holding `x` (N, H, W, C) pixels, float in [0, 1] or uint8, and `y` (N,) integer labels
+(`--n`: its first n cases, default all). The records are written as cases are decided: a run killed
 at any moment resumes with the same command, without duplicates or lost cases; one run
 writes a folder at a time (a second one is refused at once), and `--out DIR --repair-records`
 repairs DIR/records.jsonl.gz (or .jsonl) when it holds a record twice. Exit code: 0 done (gate allows, or
@@ -21,7 +25,6 @@ resumed run's.
 import argparse
 import hashlib
 import importlib
-import json
 import os
 import shlex
 import sys
@@ -32,11 +35,10 @@ import numpy as np
 
 from advjax import backend
 
-DATASETS = ("cifar10",)
+CIFAR10 = "cifar10"
 PROG = "advjax.evaluate"
 DEBUG_ENV = "ADVJAX_DEBUG"
 CACHE_ENV = "ADVJAX_COMPILE_CACHE"
-TIME_FILE = "attack_seconds.json"
 
 
 def parse_eps(text: str) -> float:
@@ -73,11 +75,16 @@ def parse_args(argv):
     source = p.add_mutually_exclusive_group()
     source.add_argument("--checkpoint", help="an advjax checkpoint (.msgpack)")
     source.add_argument("--model", help="module:function, a factory returning logits_fn")
-    p.add_argument("--data", default="cifar10", choices=DATASETS)
+    p.add_argument("--data", default=CIFAR10, help="cifar10, or a .npz file with x and y")
     p.add_argument(
         "--data-dir", default=None, help="CIFAR-10 binary folder (else $ADVJAX_DATA_DIR)"
     )
-    p.add_argument("--n", type=int, default=1000, help="test cases (stratified; 10000 = all)")
+    p.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help="cases (cifar10: stratified, default 1000; .npz: first n)",
+    )
     p.add_argument("--eps", type=parse_eps, default=8 / 255, help="budget, e.g. 8/255")
     p.add_argument("--norm", default="linf", choices=("linf", "l2"))
     p.add_argument("--version", default="standard", choices=("standard", "plus", "rand"))
@@ -87,7 +94,7 @@ def parse_args(argv):
         help="a custom member list instead of --version's, in order, e.g. apgd-ce,apgd-t,square "
         "(any attack of advjax.attacks.ATTACKS, at AutoAttack's default budgets)",
     )
-    p.add_argument("--key", type=int, default=0, help="root seed of every random choice")
+    p.add_argument("--seed", type=int, default=0, help="root seed of every random choice")
     p.add_argument("--batch-size", type=int, default=250)
     p.add_argument("--out", required=True, help="output folder (records, summary, report)")
     p.add_argument("--policy", default=None, help="release policy JSON the gate applies")
@@ -129,21 +136,37 @@ def load_logits_fn(args):
 
 
 def load_cases(args):
-    """The first --n cases of the study's stratified draw of the test split (seed 42), so
-    n=1000 gives the CIFAR study's 1,000 images; every test image for n = 10,000."""
+    """(x, y, case ids, number of classes) of --data: the first --n cases of the CIFAR study's
+    stratified draw of the test split (seed 42), so n=1000 gives its 1,000 images and
+    n=10,000 every test image; or the first --n cases of a .npz file's x and y."""
+    if args.data != CIFAR10:
+        if Path(args.data).suffix != ".npz":
+            raise ValueError(f"--data {args.data!r}: expected cifar10 or a .npz file with x and y")
+        return _npz_cases(Path(args.data), args.n)
     from advjax.data import load_cifar10, study_eval_indices
     from advjax.train import to_float
 
     data = load_cifar10(args.data_dir, splits=("test",))
-    total = len(data.test_labels)
-    if not 1 <= args.n <= total:
-        raise ValueError(f"--n {args.n} must be in [1, {total}]")
-    if args.n == total:
+    total, n = len(data.test_labels), 1000 if args.n is None else args.n
+    if not 1 <= n <= total:
+        raise ValueError(f"--n {n} must be in [1, {total}]")
+    if n == total:
         index = np.arange(total)
     else:
-        size = 10 * -(-args.n // 10)
-        index = study_eval_indices(data.test_labels, eval_size=size)[: args.n]
-    return np.asarray(to_float(data.test_images[index])), data.test_labels[index], index, data
+        size = 10 * -(-n // 10)
+        index = study_eval_indices(data.test_labels, eval_size=size)[:n]
+    x = np.asarray(to_float(data.test_images[index]))
+    return x, data.test_labels[index], index, len(data.class_names)
+
+
+def _npz_cases(path: Path, n: int | None):
+    from advjax.data import load_npz
+
+    x, y = load_npz(path, name="--data")
+    n = len(y) if n is None else n
+    if not 1 <= n <= len(y):
+        raise ValueError(f"--n {n} must be in [1, {len(y)}]")
+    return x[:n], y[:n], np.arange(n), None
 
 
 def main(argv=None) -> int:
@@ -206,14 +229,20 @@ def evaluate(args, argv) -> int:
     from advjax.evaluation._autoattack import eps_zero_check, resolve_members
     from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
     from advjax.evaluation._autoattack_records import member_passes
-    from advjax.evaluation._autoattack_report import cumulative_rows, write_report
+    from advjax.evaluation._autoattack_report import (
+        broken_by_member,
+        cumulative_rows,
+        write_report,
+    )
     from advjax.io import (
         Progress,
         RecordLog,
+        add_attack_time,
         atomic_write_json,
         atomic_write_text,
         environment,
         record_file,
+        untimed_records,
     )
 
     limit = 1.0 if args.norm == "linf" else float("inf")
@@ -231,13 +260,15 @@ def evaluate(args, argv) -> int:
     print(tm.describe())
     print(f"members: {', '.join(m.name for m in members)}")
     logits_fn, name, digest = load_logits_fn(args)
-    x, y, index, data = load_cases(args)
+    x, y, index, classes = load_cases(args)
+    if classes is None:
+        classes = int(jax.eval_shape(logits_fn, x[:1]).shape[-1])
     out = Path(args.out)
     log = RecordLog(record_file(out))
     run_key = {"model": name, "eps": float(args.eps), "norm": args.norm, "version": args.version}
     if args.members is not None:
         run_key["members"] = list(args.members)
-    untimed = _untimed_records(out, log, run_key)
+    untimed = untimed_records(out, log.read(), run_key)
     started = time.perf_counter()
 
     def on_run(member, target, restart, left):
@@ -256,7 +287,7 @@ def evaluate(args, argv) -> int:
     finished = False
     try:
         run_autoattack(
-            log, logits_fn, x, y, args.eps, seed=args.key, model=name, model_hash=digest,
+            log, logits_fn, x, y, args.eps, seed=args.seed, model=name, model_hash=digest,
             case_ids=index, norm=args.norm, version=args.version, members=members,
             batch_size=args.batch_size,
             on_run=on_run, on_batch=None if args.no_progress else on_batch,
@@ -264,18 +295,18 @@ def evaluate(args, argv) -> int:
         finished = True
     finally:
         seconds = time.perf_counter() - started
-        runs = _add_attack_time(out, run_key, seconds, finished=finished, untimed=untimed)
+        runs = add_attack_time(out, run_key, seconds, finished=finished, untimed=untimed)
     total = None if runs[0]["untimed_records_before"] else sum(r["seconds"] for r in runs)
     records = [r for r in log.read() if r.model == name and r.eps == float(args.eps)]
-    groups = aggregate_records(records, num_classes=len(data.class_names))
+    groups = aggregate_records(records, num_classes=classes)
     random_model = args.version == "rand"
-    broken_by = _broken_by(records, members, index)
+    broken_by = broken_by_member(records, members, index)
     clean_correct = broken_by != -2
     found = [
         *probe_checks(logits_fn, x, y, random_model=random_model),
         *black_box_check(broken_by, members),
         eps_zero_check(logits_fn, x, y, clean_correct, members, args.norm,
-                       jax.random.key(args.key), random_model),
+                       jax.random.key(args.seed), random_model),
     ]  # fmt: skip
     summary = run_summary(
         groups,
@@ -285,7 +316,7 @@ def evaluate(args, argv) -> int:
             "command": "python -m advjax.evaluate " + shlex.join(args_list(argv)),
             "members": [m.name for m in members],
             "model_passes": member_passes(
-                records, members, model=name, eps=float(args.eps), classes=len(data.class_names)
+                records, members, model=name, eps=float(args.eps), classes=classes
             ),
             "version": args.version if args.members is None else "custom",
             "seconds": seconds,
@@ -325,50 +356,6 @@ def args_list(argv):
     return list(sys.argv[1:] if argv is None else argv)
 
 
-def _untimed_records(out: Path, log, run_key: dict) -> bool:
-    """Whether `out` holds records of this evaluation (`run_key`: model, eps, norm, version)
-    from runs that `TIME_FILE` did not time (made before the folder was timed)."""
-    if _runs_of(_read_attack_times(out / TIME_FILE), run_key):
-        return False
-    return any(r.model == run_key["model"] and r.eps == run_key["eps"] for r in log.read())
-
-
-def _read_attack_times(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    try:
-        runs = json.loads(path.read_text())["runs"]
-        return [{**r, "seconds": float(r["seconds"]), "eps": float(r["eps"])} for r in runs]
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(
-            f"{path} is not an attack-time file ({error!r}); move it away to time this "
-            "folder's runs afresh"
-        ) from error
-
-
-def _runs_of(runs: list[dict], run_key: dict) -> list[dict]:
-    return [r for r in runs if all(r.get(k) == v for k, v in run_key.items())]
-
-
-def _add_attack_time(
-    out: Path, run_key: dict, seconds: float, *, finished: bool, untimed: bool
-) -> list[dict]:
-    """Add one run's attack time to `out`/`TIME_FILE` (atomically; the output lock is held)
-    and return this evaluation's runs, oldest first."""
-    from advjax.io import atomic_write_json
-
-    runs = _read_attack_times(out / TIME_FILE)
-    runs.append({
-        **run_key,
-        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - seconds)),
-        "seconds": round(seconds, 1),
-        "finished": finished,
-        "untimed_records_before": untimed,
-    })  # fmt: skip
-    atomic_write_json(out / TIME_FILE, {"runs": runs})
-    return _runs_of(runs, run_key)
-
-
 def _describe_time(seconds: float, total: float | None, runs: int) -> str:
     if total is None:
         return f"{seconds:.0f} s this run (earlier runs untimed)"
@@ -377,18 +364,6 @@ def _describe_time(seconds: float, total: float | None, runs: int) -> str:
         if runs == 1
         else f"{seconds:.0f} s this run, {total:.0f} s over {runs} runs"
     )
-
-
-def _broken_by(records, members, index) -> np.ndarray:
-    position = {int(c): i for i, c in enumerate(index)}
-    out = np.full(len(index), -1, np.int32)
-    names = [m.name for m in members]
-    for r in records:
-        if r.attack in names and r.status == "success":
-            out[position[r.case_id]] = names.index(r.attack)
-        elif r.status == "skipped_clean_wrong":
-            out[position[r.case_id]] = -2
-    return out
 
 
 if __name__ == "__main__":

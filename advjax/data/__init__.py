@@ -1,4 +1,5 @@
-"""CIFAR-10: the binary-layout reader and writer, the tfds fallback, and the study's splits."""
+"""CIFAR-10 (the binary-layout reader and writer, the tfds fallback, the study's splits) and
+any image dataset as arrays in a .npz file."""
 
 from advjax.data._cifar10 import (
     CLASS_NAMES,
@@ -15,6 +16,9 @@ from advjax.data._cifar10 import (
     verify_official,
     write_binary_batch,
 )
+from advjax.data._npz import (
+    load_npz,
+)
 from advjax.data._splits import (
     StudySplits,
     stratified_indices,
@@ -30,6 +34,7 @@ __all__ = [
     "DataError",
     "fingerprint",
     "load_cifar10",
+    "load_npz",
     "OFFICIAL",
     "read_binary_batch",
     "RECORD_BYTES",

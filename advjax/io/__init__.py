@@ -1,6 +1,6 @@
 """Files: atomic writes, output-folder locks, the per-case record (`CaseRecord`) and the
-append-only record log with its repair, msgpack checkpoints, progress, and the provenance of
-a result."""
+append-only record log with its repair, an output folder's attack times, msgpack
+checkpoints, progress, and the provenance of a result."""
 
 from advjax.io._atomic import (
     atomic_write_bytes,
@@ -8,6 +8,12 @@ from advjax.io._atomic import (
     atomic_write_lines,
     atomic_write_npz,
     atomic_write_text,
+)
+from advjax.io._attack_times import (
+    ATTACK_TIME_FILE,
+    add_attack_time,
+    read_attack_times,
+    untimed_records,
 )
 from advjax.io._case_record import (
     ROBUST_STATUSES,
@@ -48,6 +54,10 @@ from advjax.io._record_log import (
 )
 
 __all__ = [
+    "add_attack_time",
+    "ATTACK_TIME_FILE",
+    "read_attack_times",
+    "untimed_records",
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_lines",

@@ -4,6 +4,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from advjax.evaluate import main
@@ -78,6 +79,47 @@ def test_bad_arguments_are_one_line_errors_with_exit_code_2(tmp_path, capsys, ar
     assert __import__("re").search(message, err), err
 
 
+def _npz(path: Path, x, y) -> str:
+    np.savez(path, x=x, y=y)
+    return str(path)
+
+
+def test_any_dataset_as_an_npz_file_is_evaluated_case_by_case(tmp_path, capsys):
+    """`--data FILE.npz` (uint8 pixels here) takes the place of CIFAR-10: one final record
+    per case, the class count read from the model, ids 0 .. n-1 for the first --n cases."""
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 256, (12, 8, 8, 3), dtype=np.uint8), rng.integers(0, 4, 12)
+    data = _npz(tmp_path / "set.npz", x, y)
+    argv = ["--model", "tests.evaluation.cli_models:small_linear_logits_fn", "--data", data,
+            "--n", "10", "--members", "apgd-ce", "--out", str(tmp_path / "run")]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr()
+    final = [r for r in read_records(record_file(tmp_path / "run")) if r.attack == "autoattack"]
+    assert sorted(r.case_id for r in final) == list(range(10))
+    assert all(r.true_class == y[r.case_id] for r in final)
+
+
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        (dict(x=np.zeros((4, 8, 8, 3), np.float32)), "no array 'y'"),
+        (
+            dict(x=np.full((4, 8, 8, 3), 2.0, np.float32), y=np.zeros(4, int)),
+            "must lie in \\[0, 1\\]",
+        ),
+        (dict(x=np.zeros((4, 8, 8), np.float32), y=np.zeros(4, int)), "need x \\(N, H, W, C\\)"),
+        (dict(x=np.zeros((4, 8, 8, 3), np.float32), y=np.zeros(4)), "integer labels"),
+    ],
+)
+def test_a_malformed_npz_dataset_is_a_one_line_error(tmp_path, capsys, arrays, message):
+    np.savez(tmp_path / "bad.npz", **arrays)
+    argv = ["--model", "tests.evaluation.cli_models:small_linear_logits_fn", "--data",
+            str(tmp_path / "bad.npz"), "--out", str(tmp_path / "run")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--data" in err
+    assert __import__("re").search(message, err), err
+
+
 @pytest.mark.slow
 @needs_data
 def test_a_second_run_with_the_compile_cache_compiles_nothing_new_and_gives_the_same_numbers(
@@ -125,7 +167,9 @@ def test_a_custom_member_list_from_the_registry_writes_each_members_records(tmp_
     passes = {p["member"]: (p["forward"], p["backward"]) for p in summary["model_passes"]}
     assert attacked > 0 and robust_after_apgd, (attacked, robust_after_apgd)
     assert passes["apgd-ce"] == (attacked * 101, attacked * 101), "100 steps: 101 of each"
-    assert passes["fmn"] == (len(robust_after_apgd) * 102, len(robust_after_apgd) * 100)
+    # FMN: 100 steps of one of each, then its point's margin confirmation (one of each, and
+    # two forward passes of pushed points)
+    assert passes["fmn"] == (len(robust_after_apgd) * 103, len(robust_after_apgd) * 101)
     assert "members: apgd-ce, fmn" in capsys.readouterr().out
 
 
@@ -147,38 +191,6 @@ def test_an_interrupted_run_keeps_its_attack_time_for_the_whole_evaluations_tota
     runs = json.loads((tmp_path / "run" / "attack_seconds.json").read_text())["runs"]
     assert [(r["finished"], r["untimed_records_before"]) for r in runs] == [(False, False)] * 2
     assert all(r["seconds"] >= 0 and r["model"] == "linear_logits_fn" for r in runs)
-
-
-def test_runs_before_the_time_file_leave_the_total_unknown_and_a_corrupt_file_is_named(tmp_path):
-    """Records of an evaluation that attack_seconds.json does not time mean earlier runs went
-    untimed: its total is unknown (never the last run's time passed off as the whole), and stays
-    so; another evaluation in the same folder (another eps) is timed on its own; a corrupt file
-    is an error that names it."""
-    from advjax.evaluate import TIME_FILE, _add_attack_time, _untimed_records
-
-    class Log:
-        def __init__(self, *eps):
-            self.records = [type("Record", (), {"model": "m", "eps": e})() for e in eps]
-
-        def read(self):
-            return self.records
-
-    key = {"model": "m", "eps": 8 / 255, "norm": "linf", "version": "standard"}
-    other = {**key, "eps": 4 / 255}
-    assert not _untimed_records(tmp_path, Log(), key)
-    assert not _untimed_records(tmp_path, Log(4 / 255), key), "another eps's records"
-    assert _untimed_records(tmp_path, Log(8 / 255), key)
-    runs = _add_attack_time(tmp_path, key, 2.0, finished=True, untimed=True)
-    assert [r["untimed_records_before"] for r in runs] == [True]
-    assert not _untimed_records(tmp_path, Log(8 / 255), key), "timed from here on"
-    runs = _add_attack_time(tmp_path, key, 3.0, finished=True, untimed=False)
-    assert runs[0]["untimed_records_before"], "the first run still says the total is unknown"
-    _add_attack_time(tmp_path, other, 1.5, finished=False, untimed=False)
-    runs = _add_attack_time(tmp_path, other, 2.5, finished=True, untimed=False)
-    assert [r["seconds"] for r in runs] == [1.5, 2.5] and not runs[0]["untimed_records_before"]
-    (tmp_path / TIME_FILE).write_text('{"runs": 3}')
-    with pytest.raises(ValueError, match="attack_seconds.json is not an attack-time file"):
-        _untimed_records(tmp_path, Log(), key)
 
 
 @needs_data
