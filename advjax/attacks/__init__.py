@@ -1,5 +1,5 @@
 """Pure attacks: FGSM, PGD (with first-break search and chunked runs), APGD, FAB, Square
-(L-inf and L2), FMN, their losses and the threat model's geometry, and the registry of every
+(L-inf and L2), FMN, MALT, their losses and the threat model's geometry, and the registry of every
 attack the runners know (`ATTACKS`).
 
 Every attack takes a pure `logits_fn(x) -> logits` and arrays, an explicit `key`, and works
@@ -29,6 +29,7 @@ from advjax.attacks._losses import (
     per_example_margin,
     per_example_targeted_dlr,
 )
+from advjax.attacks._malt import malt, malt_targets
 from advjax.attacks._norms import (
     NORMS,
     ascent_direction,
@@ -75,6 +76,8 @@ __all__ = [
     "fgsm",
     "fmn",
     "FMNResult",
+    "malt",
+    "malt_targets",
     "LOSSES",
     "NORMS",
     "p_schedule",

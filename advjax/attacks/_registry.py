@@ -7,7 +7,7 @@ and the command's choices read this registry.
 
 from collections.abc import Mapping
 
-from advjax.attacks import _apgd, _fab, _fmn, _pgd, _square_l2
+from advjax.attacks import _apgd, _fab, _fmn, _malt, _pgd, _square_l2
 from advjax.attacks._attack_info import AttackInfo, registry
 
 ATTACKS: Mapping[str, AttackInfo] = registry(
@@ -16,6 +16,7 @@ ATTACKS: Mapping[str, AttackInfo] = registry(
     *_fab.DECLARED,
     *_square_l2.DECLARED,
     *_fmn.DECLARED,
+    *_malt.DECLARED,
 )
 """The attacks by name (`AttackInfo`), each with its fixed key stream."""
 

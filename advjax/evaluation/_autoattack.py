@@ -26,6 +26,7 @@ from advjax._jit_argument import as_jit_argument
 from advjax.attacks._norms import perturbation_norm
 from advjax.attacks._registry import ATTACKS
 from advjax.evaluation._autoattack_checks import run_checks, validate_inputs
+from advjax.evaluation._autoattack_fast import run_fast
 from advjax.evaluation._autoattack_stages import JUDGE_DRAWS, attack_members, eot_logits
 from advjax.evaluation._metrics import rate
 from advjax.evaluation._sanity import Check
@@ -131,6 +132,14 @@ VERSIONS: dict[str, tuple[Member, ...]] = {
     ),
     "rand": (Member("apgd-ce", eot=20), Member("apgd-dlr", eot=20)),
 }
+FAST = {
+    "always": (Member("apgd-ce"), Member("malt", targets=3)),
+    "probe": (Member("fab-t"), Member("square")),
+    "escalation": (Member("apgd-t"), Member("fab-t"), Member("square")),
+}
+"""The fast version's members (`advjax.evaluation._autoattack_fast`): on every case, on a
+sample of the cases left robust, and on every case left robust once the probe or a check
+says the gradients may be masked."""
 
 
 class AutoAttackResult(NamedTuple):
@@ -150,7 +159,9 @@ class AutoAttackResult(NamedTuple):
       checks: named sanity checks (`Check`), for a gate to require.
       passes: per member, the model passes it spent on the cases (padding aside):
         {"member", "forward", "backward"}; they compare across hardware (Liu et al.'s A3
-        counts the same).
+        counts the same). The fast version's probe members appear as "fab-t (probe)" etc.
+      schedule: which members ran on which cases, and why (the fast version says whether
+        it escalated).
     """
 
     x_adv: np.ndarray
@@ -162,12 +173,16 @@ class AutoAttackResult(NamedTuple):
     robust_accuracy: tuple[dict, ...]
     checks: tuple[Check, ...]
     passes: tuple[dict, ...]
+    schedule: str = ""
 
 
 def resolve_members(version: str, members: Sequence[Member] | None, norm: str) -> tuple:
     """The member list of a version (or the custom list), the same for norm="linf" and "l2"
     (Square runs as `square_linf` or `square_l2`)."""
     if members is None:
+        if version == "fast":
+            raise ValueError("version='fast' runs in advjax.autoattack(); here use "
+                             f"one of {tuple(VERSIONS)} or pass members")  # fmt: skip
         if version not in VERSIONS:
             raise ValueError(
                 f"version={version!r} must be one of {tuple(VERSIONS)} or pass members"
@@ -242,8 +257,11 @@ def autoattack(
       norm: "linf" or "l2" (every member runs in both; Square as `square_linf` or
         `square_l2`).
       version: "standard" (APGD-CE, APGD-T, FAB-T, Square), "plus" (with restarts and the
-        untargeted APGD-DLR and FAB) or "rand" (APGD-CE, APGD-DLR with 20-draw EOT, for a
-        random `logits_fn(x, key)`; a case's verdict is the mean of 20 fresh draws).
+        untargeted APGD-DLR and FAB), "rand" (APGD-CE, APGD-DLR with 20-draw EOT, for a
+        random `logits_fn(x, key)`; a case's verdict is the mean of 20 fresh draws) or
+        "fast" (APGD-CE and MALT, then a gradient-masking probe that escalates to the
+        standard members; docs/evaluation.md, section 6, says when it may differ from
+        "standard" and what its probe guarantees).
       members: a custom member list (overrides `version`).
       batch_size: cases per compiled batch (a multiple of the mesh's devices).
       mesh: a `jax.sharding.Mesh` to shard each batch's cases over (data parallel).
@@ -262,38 +280,55 @@ def autoattack(
       >>> result = advjax.autoattack(logits_fn, x, y, 8 / 255, key=jax.random.key(0))
       >>> result.robust.mean(), result.robust_accuracy[-1]["ci95"]
     """
+    fast = version == "fast" and members is None
     random_model = version == "rand" or any(m.eot > 1 for m in (members or ()))
-    members = resolve_members(version, members, norm)
+    if not fast:
+        members = resolve_members(version, members, norm)
     x, y, classes = validate_inputs(
         logits_fn, x, y, eps, norm=norm, key=key, random_model=random_model
     )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"{batch_size=} must be an integer >= 1")
     clean_correct = clean_predictions(logits_fn, x, key, batch_size, random_model) == y
-    start = np.where(clean_correct, 0, len(members))
-    out = attack_members(
-        logits_fn, x, y, eps, key=key, members=members, norm=norm, batch_size=batch_size,
-        random_model=random_model, start_member=start, mesh=mesh, mesh_axis=mesh_axis,
-        on_run=on_run,
-    )  # fmt: skip
-    broken_by = np.where(clean_correct, out.broken_by, -2)
+    if fast:
+        out = run_fast(
+            logits_fn, x, y, eps, key=key, norm=norm, batch_size=batch_size,
+            clean_correct=clean_correct, mesh=mesh, mesh_axis=mesh_axis, on_run=on_run, **FAST,
+        )  # fmt: skip
+        members, x_adv, broken_by = out["members"], out["x_adv"], out["broken_by"]
+        queries, schedule, extra = out["queries"], out["schedule"], (out["check"],)
+        passes = tuple({**m.passes(q, classes), "member": label} for m, q, label in out["spent"])
+    else:
+        start = np.where(clean_correct, 0, len(members))
+        out = attack_members(
+            logits_fn, x, y, eps, key=key, members=members, norm=norm, batch_size=batch_size,
+            random_model=random_model, start_member=start, mesh=mesh, mesh_axis=mesh_axis,
+            on_run=on_run,
+        )  # fmt: skip
+        x_adv, broken_by, queries, extra = out.x_adv, out.broken_by, out.queries, ()
+        schedule = f"{version if version in VERSIONS else 'custom'}: " + ", ".join(
+            m.name for m in members) + ", each on every case still robust"  # fmt: skip
+        passes = tuple(m.passes(q, classes) for m, q in zip(members, out.stage_queries))
+    broken_by = np.where(clean_correct, broken_by, -2)
     robust = clean_correct & (broken_by == -1)
     found = tuple(
-        run_checks(logits_fn, x, y, eps, out.x_adv, broken_by, members, norm=norm,
+        run_checks(logits_fn, x, y, eps, x_adv, broken_by, members, norm=norm,
                    random_model=random_model)
     ) if checks else ()  # fmt: skip
     if checks:
+        found += extra
         found += (eps_zero_check(logits_fn, x, y, clean_correct, members, norm, key, random_model),)
     return AutoAttackResult(
-        x_adv=out.x_adv,
+        x_adv=x_adv,
         clean_correct=clean_correct,
         robust=robust,
         broken_by=broken_by,
-        queries=out.queries,
+        queries=queries,
         members=members,
         robust_accuracy=cumulative_accuracy(clean_correct, broken_by, members),
         checks=found,
-        passes=tuple(m.passes(q, classes) for m, q in zip(members, out.stage_queries)),
+        passes=passes,
+        schedule=schedule,
     )
 
 

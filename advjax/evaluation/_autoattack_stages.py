@@ -142,6 +142,7 @@ def attack_members(
     batch_size: int,
     random_model: bool = False,
     start_member: np.ndarray | None = None,
+    case_index: np.ndarray | None = None,
     mesh=None,
     mesh_axis: str = "data",
     on_decided: Callable | None = None,
@@ -165,7 +166,8 @@ def attack_members(
     if mesh is not None and batch_size % mesh.shape[mesh_axis]:
         raise ValueError(f"{batch_size=} must be a multiple of the {mesh.shape[mesh_axis]} devices")
     devices = 1 if mesh is None else mesh.shape[mesh_axis]
-    case_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(n))
+    index = jnp.arange(n) if case_index is None else jnp.asarray(case_index)
+    case_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, index)
     stages = [
         _MemberStage(
             member,
