@@ -1,7 +1,7 @@
 """AutoAttack's fast version against the committed standard records, model by model.
 
     python -m benchmarks.fast_autoattack [--evaluation STUDY:STRONG ...] [--models M ...]
-        [--out benchmarks/results]
+        [--out benchmarks/results] [--name fast_autoattack]
 
 Each STUDY:STRONG pair names a study run (results.json, checkpoints/) and the folder of its
 committed standard AutoAttack records (default: results:results/strong_evaluation, the
@@ -127,6 +127,7 @@ def main(argv=None) -> dict:
     p.add_argument("--models", nargs="+", default=None)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    p.add_argument("--name", default="fast_autoattack", help="file stem of the JSON and markdown")
     args = p.parse_args(argv)
     from advjax.io import environment
     from benchmarks.machine import load_average
@@ -146,7 +147,7 @@ def main(argv=None) -> dict:
         "machine": environment(),
         "rows": rows,
     }
-    write_report(args.out, "fast_autoattack", report, markdown(report))
+    write_report(args.out, args.name, report, markdown(report))
     return report
 
 
