@@ -327,6 +327,21 @@ def apgd_with_loss(
     return _run(logits_fn, loss_fn, x, y, eps, keys, **options)
 
 
+def worst_start(x: Array, y: Array) -> tuple[Array, Array, Array]:
+    """The carry of `keep_worst` before any target: x, loss -inf, nothing broken."""
+    return x, jnp.full(y.shape, -jnp.inf, x.dtype), jnp.zeros(y.shape, bool)
+
+
+def keep_worst(carry, result: APGDResult) -> tuple[Array, Array, Array]:
+    """Per case, across targets run one after another: the first breaking target's point,
+    else the highest-loss point; carry = (x_adv, loss, broken so far)."""
+    x_sel, loss_sel, broken_sel = carry
+    broken = (result.broken_step >= 0).any(axis=0)
+    take = ~broken_sel & (broken | (result.loss > loss_sel))
+    x_sel = jnp.where(per_example(take, x_sel), result.x_adv, x_sel)
+    return x_sel, jnp.where(take, result.loss, loss_sel), broken_sel | broken
+
+
 def apgd_targeted(
     logits_fn: LogitsFn,
     x: ArrayLike,
@@ -372,17 +387,12 @@ def apgd_targeted(
     ranked = jnp.argsort(clean_logits, axis=-1, descending=True)
 
     def one_target(carry, rank):
-        x_sel, loss_sel, broken_sel = carry
         targets = lax.dynamic_index_in_dim(ranked, rank - 1, axis=1, keepdims=False)
         loss_fn = lambda logits, labels: per_example_targeted_dlr(logits, labels, targets)  # noqa: E731
         result = _run(logits_fn, loss_fn, x, y, eps, keys, **options)
-        broken = (result.broken_step >= 0).any(axis=0)
-        take = ~broken_sel & (broken | (result.loss > loss_sel))
-        x_sel = jnp.where(per_example(take, x), result.x_adv, x_sel)
-        loss_sel = jnp.where(take, result.loss, loss_sel)
-        return (x_sel, loss_sel, broken_sel | broken), result.broken_step
+        return keep_worst(carry, result), result.broken_step
 
-    init = (x, jnp.full(y.shape, -jnp.inf, x.dtype), jnp.zeros(y.shape, bool))
+    init = worst_start(x, y)
     (x_adv, loss, _), broken_step = lax.scan(one_target, init, jnp.asarray(target_ranks))
     return APGDResult(x_adv, broken_step.reshape(-1, y.shape[0]), loss)
 

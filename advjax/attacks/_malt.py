@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from advjax.attacks._apgd import APGDResult, apgd_with_loss
+from advjax.attacks._apgd import APGDResult, apgd_with_loss, keep_worst, worst_start
 from advjax.attacks._attack_info import AttackInfo, BatchRun, per_case
 from advjax.attacks._checks import _check_inputs, check_finite_logits, check_labels
 from advjax.attacks._losses import per_example_targeted_dlr
@@ -66,7 +66,8 @@ def malt(
     Args and result as in `advjax.attacks.apgd_targeted` (broken_step has shape
     (targets * restarts, batch), target-major), with `targets` in 1 .. classes - 1 in
     place of `target_ranks`. Target t of case i draws its restarts from
-    fold_in(key_i, t), as the registry's runs do.
+    fold_in(key_i, t). Per case: the first breaking target's point, else the
+    highest-loss one, as in `apgd_targeted`.
 
     Example:
       >>> result = malt(logits_fn, x, y, 8 / 255, key=jax.random.key(0), targets=3)
@@ -82,24 +83,15 @@ def malt(
     fast_fn = fast_path(logits_fn)
     order = malt_targets(fast_fn, x, y, norm=norm)
     keys = jax.random.split(key, x.shape[0]) if jnp.ndim(key) == 0 else key
-    best = None
-    steps_broken = []
+    carry, steps_broken = worst_start(x, y), []
     for t in range(targets):
         goal = order[:, t]
         loss_fn = lambda logits, labels, g=goal: per_example_targeted_dlr(logits, labels, g)  # noqa: E731
         run_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, t)
         r = apgd_with_loss(logits_fn, loss_fn, x, y, eps, key=run_keys, steps=steps, norm=norm,
                            restarts=restarts)  # fmt: skip
-        broken = (r.broken_step >= 0).any(axis=0)
-        steps_broken.append(r.broken_step)
-        if best is None:
-            best = (r.x_adv, r.loss, broken)
-            continue
-        x_sel, loss_sel, broken_sel = best
-        take = ~broken_sel & (broken | (r.loss > loss_sel))
-        x_sel = jnp.where(take.reshape((-1,) + (1,) * (x.ndim - 1)), r.x_adv, x_sel)
-        best = (x_sel, jnp.where(take, r.loss, loss_sel), broken_sel | broken)
-    return APGDResult(best[0], jnp.concatenate(steps_broken, axis=0), best[1])
+        carry, steps_broken = keep_worst(carry, r), [*steps_broken, r.broken_step]
+    return APGDResult(carry[0], jnp.concatenate(steps_broken, axis=0), carry[1])
 
 
 # ---------------------------------------------------------------------------
