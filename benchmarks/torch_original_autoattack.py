@@ -3,8 +3,9 @@ PyTorch environment by `benchmarks.any_model_autoattack`: the standard version o
 `Net` with the weights advjax exported, timed member by member from its own log.
 
 Reads the .npz that `benchmarks.autoattack_peer.run_torch_script` writes and writes one JSON:
-per-case robust flags, per-member robust accuracy and seconds, the largest logit difference
-to advjax, peak memory.
+per-case robust flags, per-member robust accuracy and seconds, the model passes it made
+(forward and backward rows through the network, counted by a wrapper), the largest logit
+difference to advjax, peak memory.
 """
 
 import argparse
@@ -34,6 +35,34 @@ class _Members(logging.Handler):
             self.rows.append((name.lower(), float(accuracy) / 100, float(total)))
 
 
+class _CountBackward(torch.autograd.Function):
+    """Identity whose backward adds the batch's rows to `counter.backward`."""
+
+    @staticmethod
+    def forward(ctx, out, counter):
+        ctx.counter = counter
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.counter.backward += grad.shape[0]
+        return grad, None
+
+
+class Counted(torch.nn.Module):
+    """The network, counting the rows of every forward pass and of every backward pass
+    through its output: model passes, the unit that compares across frameworks."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net, self.forward_rows, self.backward = net, 0, 0
+
+    def forward(self, x):
+        self.forward_rows += x.shape[0]
+        out = self.net(x)
+        return _CountBackward.apply(out, self) if out.requires_grad else out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--peer-dir", required=True)
@@ -50,6 +79,7 @@ def main() -> None:
     model, x, y, extra = read_inputs(a.peer_dir, a.inputs)
     with torch.no_grad():
         logits = torch.cat([model(x[i : i + 250]) for i in range(0, len(y), 250)]).numpy()
+    model = Counted(model).eval()
     members = _Members()
     logger = logging.getLogger("auto-attack")
     logger.setLevel(logging.DEBUG)
@@ -58,6 +88,7 @@ def main() -> None:
     started = time.perf_counter()
     x_adv, _ = adversary.run_standard_evaluation(x, y, batch_size=250)
     seconds = time.perf_counter() - started
+    passes = {"forward": model.forward_rows, "backward": model.backward}
     with torch.no_grad():
         adv = torch.cat([model(x_adv[i : i + 250]) for i in range(0, len(y), 250)])
     robust = (adv.argmax(1) == y) & torch.from_numpy(logits.argmax(1) == y.numpy())
@@ -70,6 +101,7 @@ def main() -> None:
         "autoattack": __import__("pyautoattack").__version__,
         "seconds": seconds,
         "members": rows,
+        "passes": passes,
         "robust": robust.numpy().astype(int).tolist(),
         "max_logit_difference": float(np.abs(logits - extra["logits"]).max()),
         "peak_rss_mib": peak_rss_mib(),
