@@ -166,6 +166,8 @@ def main(argv=None) -> dict:
     logits = np.concatenate(
         [np.asarray(jax.jit(logits_fn)(x[i : i + 250])) for i in range(0, len(y), 250)]
     )
+    machine = environment()  # the code as it runs, before any later edit of the tree
+    machine["cpu_model"] = cpu_model()
     start = load_average()
     rows = {}
     for version in ("fast", "standard"):
@@ -180,8 +182,6 @@ def main(argv=None) -> dict:
     end = load_average()
     original = np.asarray(peer["robust"], bool)
     fast, standard = rows["fast"][0].robust, rows["standard"][0].robust
-    machine = environment()
-    machine["cpu_model"] = cpu_model()
     report = {
         "command": "python -m benchmarks.autoattack_versions " + " ".join(argv or sys.argv[1:]),
         "model": args.model,
