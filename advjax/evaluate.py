@@ -87,7 +87,13 @@ def parse_args(argv):
     )
     p.add_argument("--eps", type=parse_eps, default=8 / 255, help="budget, e.g. 8/255")
     p.add_argument("--norm", default="linf", choices=("linf", "l2"))
-    p.add_argument("--version", default="standard", choices=("standard", "plus", "rand"))
+    p.add_argument(
+        "--version",
+        default="standard",
+        choices=("standard", "plus", "rand", "fast"),
+        help="AutoAttack's version (fast: APGD-CE and MALT, a gradient-masking probe, and the "
+        "standard members where it escalates; docs/evaluation.md, section 6)",
+    )
     p.add_argument(
         "--members",
         default=None,
@@ -226,14 +232,16 @@ def evaluate(args, argv) -> int:
         run_autoattack,
         run_summary,
     )
-    from advjax.evaluation._autoattack import eps_zero_check, resolve_members
+    from advjax.evaluation._autoattack import FAST, eps_zero_check
     from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
-    from advjax.evaluation._autoattack_records import member_passes
-    from advjax.evaluation._autoattack_report import (
+    from advjax.evaluation._autoattack_fast import probe_name
+    from advjax.evaluation._autoattack_records import (
         broken_by_member,
-        cumulative_rows,
-        write_report,
+        fast_outcome,
+        member_passes,
+        schedule_members,
     )
+    from advjax.evaluation._autoattack_report import cumulative_rows, write_report
     from advjax.io import (
         Progress,
         RecordLog,
@@ -255,10 +263,17 @@ def evaluate(args, argv) -> int:
     if args.members is not None:
         args.members = parse_members(args.members)
     custom = None if args.members is None else [Member(method) for method in args.members]
-    members = resolve_members(args.version, custom, args.norm)
+    fast = args.version == "fast" and custom is None
+    members = schedule_members(args.version, custom, args.norm)
     tm = autoattack_threat_model(args.eps, members, args.norm)
     print(tm.describe())
-    print(f"members: {', '.join(m.name for m in members)}")
+    if fast:
+        print(f"members: {', '.join(m.name for m in FAST.always)} on every case; "
+              f"{', '.join(m.name for m in FAST.probe)} on a sample of those left robust; "
+              f"{', '.join(m.name for m in FAST.escalation)} on all of them if the sample "
+              "or a model check shows masked gradients")  # fmt: skip
+    else:
+        print(f"members: {', '.join(m.name for m in members)}")
     logits_fn, name, digest = load_logits_fn(args)
     x, y, index, classes = load_cases(args)
     if classes is None:
@@ -288,7 +303,7 @@ def evaluate(args, argv) -> int:
     try:
         run_autoattack(
             log, logits_fn, x, y, args.eps, seed=args.seed, model=name, model_hash=digest,
-            case_ids=index, norm=args.norm, version=args.version, members=members,
+            case_ids=index, norm=args.norm, version=args.version, members=custom,
             batch_size=args.batch_size,
             on_run=on_run, on_batch=None if args.no_progress else on_batch,
         )  # fmt: skip
@@ -300,13 +315,25 @@ def evaluate(args, argv) -> int:
     records = [r for r in log.read() if r.model == name and r.eps == float(args.eps)]
     groups = aggregate_records(records, num_classes=classes)
     random_model = args.version == "rand"
+    model_checks = probe_checks(logits_fn, x, y, random_model=random_model)
+    schedule, probe_check, stages = None, [], members
+    if fast:
+        failed = [c.name for c in model_checks if not c.passed]
+        outcome = fast_outcome(records, model=name, eps=float(args.eps),
+                               key=jax.random.key(args.seed), ids=index, failed=failed)  # fmt: skip
+        members, schedule, probe_check = outcome["members"], outcome["schedule"], [outcome["check"]]
+        stages = FAST.always + FAST.probe + members[len(FAST.always) :]
+    names = [m.name for m in stages]
+    if fast:
+        names[len(FAST.always) : len(FAST.always) + len(FAST.probe)] = map(probe_name, FAST.probe)
     broken_by = broken_by_member(records, members, index)
     clean_correct = broken_by != -2
     found = [
-        *probe_checks(logits_fn, x, y, random_model=random_model),
+        *model_checks,
         *black_box_check(broken_by, members),
         eps_zero_check(logits_fn, x, y, clean_correct, members, args.norm,
                        jax.random.key(args.seed), random_model),
+        *probe_check,
     ]  # fmt: skip
     summary = run_summary(
         groups,
@@ -316,9 +343,10 @@ def evaluate(args, argv) -> int:
             "command": "python -m advjax.evaluate " + shlex.join(args_list(argv)),
             "members": [m.name for m in members],
             "model_passes": member_passes(
-                records, members, model=name, eps=float(args.eps), classes=classes
+                records, stages, model=name, eps=float(args.eps), classes=classes, names=names
             ),
             "version": args.version if args.members is None else "custom",
+            "schedule": schedule,
             "seconds": seconds,
             "seconds_all_runs": total,
             "attack_runs": len(runs),

@@ -255,3 +255,21 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def small_fast(monkeypatch):
+    """The fast version at small budgets (its schedule, not its strength), in both the pure
+    function and the record runner."""
+    from advjax.evaluation import Member, _autoattack, _autoattack_records
+    from advjax.evaluation._autoattack_fast import FastMembers
+
+    small = FastMembers(
+        always=(Member("apgd-ce", steps=10), Member("malt", targets=3, steps=10)),
+        probe=(Member("fab-t", steps=10), Member("square", queries=200)),
+        escalation=(Member("apgd-t", steps=10), Member("fab-t", steps=10),
+                    Member("square", queries=200)),
+    )  # fmt: skip
+    for module in (_autoattack, _autoattack_records):
+        monkeypatch.setattr(module, "FAST", small)
+    return small

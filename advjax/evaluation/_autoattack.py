@@ -26,7 +26,7 @@ from advjax._jit_argument import as_jit_argument
 from advjax.attacks._norms import perturbation_norm
 from advjax.attacks._registry import ATTACKS
 from advjax.evaluation._autoattack_checks import run_checks, validate_inputs
-from advjax.evaluation._autoattack_fast import run_fast
+from advjax.evaluation._autoattack_fast import FastMembers, run_fast
 from advjax.evaluation._autoattack_stages import JUDGE_DRAWS, attack_members, eot_logits
 from advjax.evaluation._metrics import rate
 from advjax.evaluation._sanity import Check
@@ -132,11 +132,11 @@ VERSIONS: dict[str, tuple[Member, ...]] = {
     ),
     "rand": (Member("apgd-ce", eot=20), Member("apgd-dlr", eot=20)),
 }
-FAST = {
-    "always": (Member("apgd-ce"), Member("malt", targets=3)),
-    "probe": (Member("fab-t"), Member("square")),
-    "escalation": (Member("apgd-t"), Member("fab-t"), Member("square")),
-}
+FAST = FastMembers(
+    always=(Member("apgd-ce"), Member("malt", targets=3)),
+    probe=(Member("fab-t"), Member("square")),
+    escalation=(Member("apgd-t"), Member("fab-t"), Member("square")),
+)
 """The fast version's members (`advjax.evaluation._autoattack_fast`): on every case, on a
 sample of the cases left robust, and on every case left robust once the probe or a check
 says the gradients may be masked."""
@@ -181,8 +181,8 @@ def resolve_members(version: str, members: Sequence[Member] | None, norm: str) -
     (Square runs as `square_linf` or `square_l2`)."""
     if members is None:
         if version == "fast":
-            raise ValueError("version='fast' runs in advjax.autoattack(); here use "
-                             f"one of {tuple(VERSIONS)} or pass members")  # fmt: skip
+            raise ValueError("version='fast' has no single member list (its lists: "
+                             "advjax.evaluation._autoattack.FAST)")  # fmt: skip
         if version not in VERSIONS:
             raise ValueError(
                 f"version={version!r} must be one of {tuple(VERSIONS)} or pass members"
@@ -293,7 +293,7 @@ def autoattack(
     if fast:
         out = run_fast(
             logits_fn, x, y, eps, key=key, norm=norm, batch_size=batch_size,
-            clean_correct=clean_correct, mesh=mesh, mesh_axis=mesh_axis, on_run=on_run, **FAST,
+            clean_correct=clean_correct, schedule=FAST, mesh=mesh, mesh_axis=mesh_axis, on_run=on_run,
         )  # fmt: skip
         members, x_adv, broken_by = out["members"], out["x_adv"], out["broken_by"]
         queries, schedule, extra = out["queries"], out["schedule"], (out["check"],)

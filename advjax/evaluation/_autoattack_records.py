@@ -5,6 +5,12 @@ stopped, without duplicates or lost cases, and gives the numbers of an uninterru
 Each member writes its own records (attack = the member's name); `AUTOATTACK` records, one
 per case, are derived from them: the first member that broke the case, else the last one
 that ran, with the queries of every member that ran.
+
+The fast version writes the same way, phase by phase: APGD-CE and MALT on every case; the
+probe's members on its sample under their own names ("fab-t (probe)", "square (probe)");
+the escalation's members on every case left robust. Each phase's cases and the decision to
+escalate are read back from the records (the sample from the key), so a resumed run takes
+the path an uninterrupted one takes.
 """
 
 import dataclasses
@@ -16,10 +22,18 @@ import jax
 import numpy as np
 
 from advjax.evaluation._autoattack import (
+    FAST,
     Member,
     clean_predictions,
     perturbation_sizes,
     resolve_members,
+)
+from advjax.evaluation._autoattack_fast import (
+    PROBE_CASES,
+    failed_model_checks,
+    probe_name,
+    probe_sample,
+    probe_verdict,
 )
 from advjax.evaluation._autoattack_stages import attack_members
 from advjax.evaluation._campaign import check_record_hashes
@@ -41,6 +55,22 @@ def autoattack_hash(members: Sequence[Member], norm: str) -> str:
     return hashlib.sha256(",".join(member_hash(m, norm) for m in members).encode()).hexdigest()[:16]
 
 
+def fast_hash(norm: str, probe_cases: int = PROBE_CASES) -> str:
+    """The attack config hash of the fast version's `AUTOATTACK` records: its three member
+    lists and the probe's sample size."""
+    lists = [",".join(member_hash(m, norm) for m in group) for group in FAST]
+    return hashlib.sha256(f"fast:{probe_cases}:{';'.join(lists)}".encode()).hexdigest()[:16]
+
+
+def schedule_members(version: str, members: Sequence[Member] | None, norm: str) -> tuple:
+    """Every member a run may use, for its threat model's declared budget: the version's (or
+    the custom) list; for the fast version, its always, probe and escalation lists (a
+    sampled case may meet all three)."""
+    if version == "fast" and members is None:
+        return FAST.always + FAST.probe + FAST.escalation
+    return resolve_members(version, members, norm)
+
+
 def autoattack_threat_model(eps: float, members: Sequence[Member], norm: str) -> ThreatModel:
     """The threat model an AutoAttack run declares: white-box, one eps, the members' budget.
 
@@ -60,19 +90,20 @@ def autoattack_threat_model(eps: float, members: Sequence[Member], norm: str) ->
                        norm=norm, queries=queries)  # fmt: skip
 
 
-def _start_members(log: RecordLog, model: str, members, eps: float, case_ids) -> np.ndarray:
-    """Per case the first member it still needs, from the records already in the log."""
+def _start_members(log: RecordLog, model: str, names, eps: float, case_ids) -> np.ndarray:
+    """Per case the first member it still needs (of the members whose records are named
+    `names`), from the records already in the log."""
     status = {}
     for r in log.read():
         if r.model == model and r.eps == eps:
             status[(r.attack, r.case_id)] = r.status
     start = np.zeros(len(case_ids), np.int64)
     for i, case in enumerate(int(c) for c in case_ids):
-        for m, member in enumerate(members):
-            s = status.get((member.name, case))
+        for m, name in enumerate(names):
+            s = status.get((name, case))
             if s is None:
                 break
-            start[i] = m + 1 if s in ROBUST_STATUSES else len(members)
+            start[i] = m + 1 if s in ROBUST_STATUSES else len(names)
             if s not in ROBUST_STATUSES:
                 break
     return start
@@ -108,13 +139,18 @@ def run_autoattack(
         member (or of `AUTOATTACK`) with another attack-config or threat-model hash
         (`check_record_hashes`); nothing is appended then.
     """
-    members = resolve_members(version, members, norm)
+    fast = version == "fast" and members is None
+    every = schedule_members(version, members, norm)
+    members = FAST.always if fast else every
     random_model = version == "rand" or any(m.eot > 1 for m in members)
     x, y = np.asarray(x, np.float32), np.asarray(y)
     ids = np.arange(len(y)) if case_ids is None else np.asarray(case_ids)
-    tm = autoattack_threat_model(eps, members, norm)
+    tm = autoattack_threat_model(eps, every, norm)
     attack_hashes = {m.name: member_hash(m, norm) for m in members}
-    attack_hashes[AUTOATTACK] = autoattack_hash(members, norm)
+    if fast:
+        attack_hashes |= {m.name: member_hash(m, norm) for m in FAST.escalation}
+        attack_hashes |= {probe_name(m): member_hash(m, norm) for m in FAST.probe}
+    attack_hashes[AUTOATTACK] = fast_hash(norm) if fast else autoattack_hash(members, norm)
     check_record_hashes(
         log,
         model=model,
@@ -124,55 +160,91 @@ def run_autoattack(
     )
     key = jax.random.key(seed)
     clean = clean_predictions(logits_fn, x, key, batch_size, random_model)
-    start = _start_members(log, model, members, eps, ids)
     first = members[0]
     wrong = [
         i for i in np.flatnonzero(clean != y) if (model, first.name, eps, int(ids[i])) not in log
     ]
     log.append([_record(first, i, ids, y, clean, x[i], x[i], 0.0, 0, -1, eps, tm, norm,
                         seed, model, model_hash, adv_pred=int(clean[i])) for i in wrong])  # fmt: skip
-    start[clean != y] = len(members)
-
-    def on_decided(d):
-        member = members[d.stage]
-        log.append(
-            [
-                _record(
-                    member,
-                    int(i),
-                    ids,
-                    y,
-                    clean,
-                    x[i],
-                    d.stage_x[i],
-                    float(d.stage_loss[i]),
-                    int(d.queries[i]),
-                    d.run,
-                    eps,
-                    tm,
-                    norm,
-                    seed,
-                    model,
-                    model_hash,
-                    adv_pred=int(d.adv_pred[i]),
-                )  # fmt: skip
-                for i in d.positions
-                if (model, member.name, eps, int(ids[i])) not in log
-            ]
-        )
-
-    attack_members(
-        logits_fn, x, y, eps, key=key, members=members, norm=norm, batch_size=batch_size,
-        random_model=random_model, start_member=start, mesh=mesh, on_decided=on_decided,
-        on_run=on_run, on_batch=on_batch,
+    common = dict(log=log, logits_fn=logits_fn, x=x, y=y, eps=eps, key=key, ids=ids,
+                  clean=clean, tm=tm, norm=norm, seed=seed, model=model, model_hash=model_hash,
+                  batch_size=batch_size, random_model=random_model, mesh=mesh, on_run=on_run,
+                  on_batch=on_batch)  # fmt: skip
+    attacked = np.flatnonzero(clean == y)
+    _run_phase(members, [m.name for m in members], attacked, **common)
+    if not fast:
+        chain, counted = members, ()
+    else:
+        outcome = fast_outcome(log.read(), model=model, eps=eps, key=key, ids=ids,
+                               failed=failed_model_checks(logits_fn, x, y))  # fmt: skip
+        sample = outcome["sample"]
+        _run_phase(FAST.probe, [probe_name(m) for m in FAST.probe], sample, **common)
+        outcome = fast_outcome(log.read(), model=model, eps=eps, key=key, ids=ids,
+                               failed=outcome["failed"])  # fmt: skip
+        if outcome["escalate"]:
+            _run_phase(FAST.escalation, [m.name for m in FAST.escalation], outcome["left"],
+                       **common)  # fmt: skip
+        chain, counted = outcome["members"], [probe_name(m) for m in FAST.probe]
+    derived = autoattack_records(
+        log.read(), chain, model=model, eps=eps, case_ids=ids, norm=norm,
+        digest=attack_hashes[AUTOATTACK], counted=counted,
     )  # fmt: skip
-    derived = autoattack_records(log.read(), members, model=model, eps=eps, case_ids=ids, norm=norm)
     log.append(derived, skip_existing=True)
     return derived
 
 
+def _run_phase(members, names, positions, *, log, logits_fn, x, y, eps, key, ids, clean, tm,
+               norm, seed, model, model_hash, batch_size, random_model, mesh, on_run, on_batch):  # fmt: skip
+    """`members` on the cases at `positions`, each from the first member its records (named
+    `names`) still lack; every member's final outcome for a case appended as it comes."""
+    if not len(positions):
+        return
+    start = _start_members(log, model, names, eps, ids[positions])
+
+    def on_decided(d):
+        records = []
+        for p in d.positions:
+            i = int(positions[p])
+            if (model, names[d.stage], eps, int(ids[i])) in log:
+                continue
+            records.append(_record(
+                members[d.stage], i, ids, y, clean, x[i], d.stage_x[p], float(d.stage_loss[p]),
+                int(d.queries[p]), d.run, eps, tm, norm, seed, model, model_hash,
+                adv_pred=int(d.adv_pred[p]), attack=names[d.stage],
+            ))  # fmt: skip
+        log.append(records)
+
+    attack_members(
+        logits_fn, x[positions], y[positions], eps, key=key, members=members, norm=norm,
+        batch_size=batch_size, random_model=random_model, start_member=start,
+        case_index=positions, mesh=mesh, on_decided=on_decided, on_run=on_run,
+        on_batch=on_batch,
+    )  # fmt: skip
+
+
+def fast_outcome(records, *, model: str, eps: float, key, ids, failed) -> dict:
+    """Where a fast run stands, read from its records: `left` (positions APGD-CE and MALT
+    left robust), the probe's `sample` of them, how many the probe broke, whether to
+    escalate, the members whose verdicts count, the schedule's account and the
+    `masking_probe` check. Needs every case's APGD-CE and MALT records."""
+    mine = [r for r in records if r.model == model and r.eps == eps]
+    broken_by = broken_by_member(mine, FAST.always, ids)
+    left = np.flatnonzero(broken_by == -1)
+    sample = probe_sample(key, left)
+    probes = {probe_name(m) for m in FAST.probe}
+    position = {int(c): i for i, c in enumerate(ids)}
+    broke = len({position[r.case_id] for r in mine if r.attack in probes and r.status == "success"})
+    escalate, schedule, check = probe_verdict(broke, len(sample), len(left), failed)
+    escalated = {m.name for m in FAST.escalation} & {r.attack for r in mine}
+    return {
+        "left": left, "sample": sample, "broke": broke, "failed": failed,
+        "escalate": escalate, "schedule": schedule, "check": check,
+        "members": FAST.always + FAST.escalation if escalate or escalated else FAST.always,
+    }  # fmt: skip
+
+
 def _record(member, i, ids, y, clean, x, x_adv, loss, queries, run, eps, tm, norm, seed,
-            model, model_hash, *, adv_pred) -> CaseRecord:  # fmt: skip
+            model, model_hash, *, adv_pred, attack=None) -> CaseRecord:  # fmt: skip
     linf = float(perturbation_sizes(x[None], x_adv[None], "linf")[0])
     l2 = float(perturbation_sizes(x[None], x_adv[None], "l2")[0])
     clean_correct = bool(clean[i] == y[i])
@@ -195,7 +267,7 @@ def _record(member, i, ids, y, clean, x, x_adv, loss, queries, run, eps, tm, nor
         status=status,
         model=model,
         model_hash=model_hash,
-        attack=member.name,
+        attack=attack or member.name,
         attack_config_hash=member_hash(member, norm),
         threat_model_hash=tm.digest(),
         eps=float(eps),
@@ -203,26 +275,36 @@ def _record(member, i, ids, y, clean, x, x_adv, loss, queries, run, eps, tm, nor
     )
 
 
-def member_passes(records, members, *, model: str, eps: float, classes: int) -> list[dict]:
+def member_passes(records, members, *, model: str, eps: float, classes: int,
+                  names=None) -> list[dict]:  # fmt: skip
     """Per member, the model passes its records' queries stand for (`Member.passes`), as
-    `autoattack` reports them."""
+    `autoattack` reports them; `names`: the members' record names where they differ from
+    theirs (the fast version's probe)."""
+    names = [m.name for m in members] if names is None else names
     return [
-        m.passes(
-            sum(r.queries for r in records if (r.model, r.attack, r.eps) == (model, m.name, eps)),
+        {**m.passes(
+            sum(r.queries for r in records if (r.model, r.attack, r.eps) == (model, name, eps)),
             classes,
-        )
-        for m in members
-    ]
+        ), "member": name}
+        for m, name in zip(members, names)
+    ]  # fmt: skip
 
 
-def autoattack_records(records, members, *, model: str, eps: float, case_ids, norm: str) -> list:
+def autoattack_records(records, members, *, model: str, eps: float, case_ids, norm: str,
+                       digest: str | None = None, counted=()) -> list:  # fmt: skip
     """One `AUTOATTACK` record per case: the deciding member's record (the first that broke
-    it, else the last that ran), with the queries of every member that ran."""
+    it, else the last that ran), with the queries of every member that ran and of the
+    records named in `counted` (the fast version's probe); `digest` its attack config hash
+    (default: the member list's)."""
     by_member = {
         m.name: {r.case_id: r for r in records if (r.model, r.attack, r.eps) == (model, m.name, eps)}
         for m in members
     }  # fmt: skip
-    digest = autoattack_hash(members, norm)
+    extra = {}
+    for r in records:
+        if r.attack in counted and (r.model, r.eps) == (model, eps):
+            extra[r.case_id] = extra.get(r.case_id, 0) + r.queries
+    digest = autoattack_hash(members, norm) if digest is None else digest
     out = []
     for case in (int(c) for c in case_ids):
         chain = [by_member[m.name][case] for m in members if case in by_member[m.name]]
@@ -234,7 +316,21 @@ def autoattack_records(records, members, *, model: str, eps: float, case_ids, no
                 last,
                 attack=AUTOATTACK,
                 attack_config_hash=digest,
-                queries=sum(r.queries for r in chain),
+                queries=sum(r.queries for r in chain) + extra.get(case, 0),
             )  # fmt: skip
         )
+    return out
+
+
+def broken_by_member(records, members, index) -> np.ndarray:
+    """Per case (in `index` order): the position of the member that broke it, -2 where the
+    clean input was already wrong, -1 where none did."""
+    position = {int(c): i for i, c in enumerate(index)}
+    out = np.full(len(index), -1, np.int32)
+    names = [m.name for m in members]
+    for r in records:
+        if r.attack in names and r.status == "success":
+            out[position[r.case_id]] = names.index(r.attack)
+        elif r.status == "skipped_clean_wrong":
+            out[position[r.case_id]] = -2
     return out

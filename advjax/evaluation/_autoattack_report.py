@@ -4,8 +4,6 @@ with its interval, per-class robust accuracy, checks and the threat model; self-
 
 import html
 
-import numpy as np
-
 from advjax.evaluation._autoattack_records import AUTOATTACK
 from advjax.evaluation._metrics import format_rate, rate
 from advjax.io._atomic import atomic_write_text
@@ -75,17 +73,3 @@ def report_html(summary: dict, groups: list[dict], members, model: str, decision
 
 def write_report(path, summary, groups, members, model: str, decision: str) -> None:
     atomic_write_text(path, report_html(summary, groups, members, model, decision))
-
-
-def broken_by_member(records, members, index) -> np.ndarray:
-    """Per case (in `index` order): the position of the member that broke it, -2 where the
-    clean input was already wrong, -1 where none did."""
-    position = {int(c): i for i, c in enumerate(index)}
-    out = np.full(len(index), -1, np.int32)
-    names = [m.name for m in members]
-    for r in records:
-        if r.attack in names and r.status == "success":
-            out[position[r.case_id]] = names.index(r.attack)
-        elif r.status == "skipped_clean_wrong":
-            out[position[r.case_id]] = -2
-    return out

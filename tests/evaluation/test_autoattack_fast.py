@@ -69,8 +69,8 @@ def test_the_probe_misses_a_masking_rate_with_at_most_the_stated_probability():
     assert undetected_probability(0.1, 32) < 0.035
 
 
-def test_the_record_runners_refuse_the_fast_version_with_one_line():
+def test_the_fast_version_has_no_single_member_list():
     from advjax.evaluation import resolve_members
 
-    with pytest.raises(ValueError, match="version='fast' runs in advjax.autoattack"):
+    with pytest.raises(ValueError, match="version='fast' has no single member list"):
         resolve_members("fast", None, "linf")

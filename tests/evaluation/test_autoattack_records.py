@@ -3,10 +3,12 @@
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from advjax.evaluation import AUTOATTACK, autoattack, member_hash, run_autoattack
+from advjax.evaluation._autoattack_records import member_passes
 from advjax.io import RecordLog
 from tests.evaluation.test_autoattack import EPS, STANDARD, _cases, _members, _mlp
 
@@ -174,3 +176,90 @@ def test_progress_counts_each_run_s_cases_batch_by_batch_up_to_its_total(tmp_pat
         total = {n for _, n in counts}
         assert len(total) == 1 and done == sorted(done) and done[-1] == total.pop() >= left
     assert any(len(counts) > 1 for counts in by_run.values()), "several batches per run"
+
+
+def _masked(logits_fn):
+    """Logits of the input quantised to 1/8: zero input gradient everywhere, so the fast
+    version's probe and checks must escalate."""
+    return lambda z: logits_fn(jnp.round(z * 8) / 8)
+
+
+def _fast_case(masked: bool):
+    logits_fn = _mlp()
+    if masked:
+        logits_fn = _masked(logits_fn)
+    x, y = _cases(logits_fn, n=40)
+    return logits_fn, x, y, 8 * EPS if masked else EPS
+
+
+def _run_fast(log, logits_fn, x, y, eps, **kwargs):
+    return run_autoattack(log, logits_fn, x, y, eps, seed=3, model="mlp", model_hash="h",
+                          version="fast", batch_size=8, **kwargs)  # fmt: skip
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["plain", "masked"])
+def test_fast_records_give_the_pure_functions_verdicts_queries_and_passes(
+    tmp_path, small_fast, masked
+):
+    """The record runner's fast path takes the path `autoattack(version="fast")` takes (no
+    escalation on the plain model; on the gradient-masked one the probe or the checks
+    escalate), with the same verdict, queries and model passes per member for every case;
+    the probe's records carry their own names."""
+    logits_fn, x, y, eps = _fast_case(masked)
+    log = RecordLog(tmp_path / "r.jsonl")
+    derived = _run_fast(log, logits_fn, x, y, eps)
+    pure = autoattack(logits_fn, x, y, eps, key=jax.random.key(3), version="fast", batch_size=8)
+    assert pure.schedule.startswith("fast, escalated" if masked else "fast:"), pure.schedule
+    robust = np.array([r.status in ("failed", "budget_exhausted") for r in derived])
+    assert 0 < robust.sum() < pure.clean_correct.sum(), "some cases robust, some broken"
+    np.testing.assert_array_equal(robust, pure.robust)
+    np.testing.assert_array_equal([r.queries for r in derived], pure.queries)
+    records = log.read()
+    attacks = {r.attack for r in records}
+    assert {"fab-t (probe)", "square (probe)"} <= attacks
+    assert ("apgd-t" in attacks) == masked, attacks
+    stages = [p["member"] for p in pure.passes]
+    by_name = {m.name: m for m in (*small_fast.always, *small_fast.escalation)}
+    by_name |= {f"{m.name} (probe)": m for m in small_fast.probe}
+    counted = member_passes(records, [by_name[s] for s in stages], model="mlp", eps=eps,
+                            classes=10, names=stages)  # fmt: skip
+    assert counted == [dict(p) for p in pure.passes]
+
+
+class _Dying(RecordLog):
+    """A record log that raises `Killed` at its `after`-th append (a kill at that moment)."""
+
+    def __init__(self, path, after=None):
+        super().__init__(path)
+        self.after, self.appends, self.attacks = after, 0, []
+
+    def append(self, records, **kwargs):
+        if self.appends == self.after:
+            raise Killed
+        self.appends += 1
+        self.attacks.append({r.attack for r in records})
+        return super().append(records, **kwargs)
+
+
+@pytest.mark.slow
+def test_a_fast_run_killed_in_any_phase_resumes_to_the_uninterrupted_records(tmp_path, small_fast):
+    """Killed in APGD-CE / MALT, in the probe or in the escalation, then rerun: the same
+    derived records as an uninterrupted run, no record twice, and a finished run appends
+    nothing (the sample and the decision to escalate are read back from the records)."""
+    logits_fn, x, y, eps = _fast_case(masked=True)
+    whole_log = _Dying(tmp_path / "whole.jsonl")
+    whole = _run_fast(whole_log, logits_fn, x, y, eps)
+    total = len(whole_log.read())
+    stages = ["apgd-ce", "malt", "fab-t (probe)", "square (probe)", "apgd-t", "fab-t", "square"]
+    first = [next(i for i, a in enumerate(whole_log.attacks) if s in a) for s in stages]
+    assert first == sorted(first), "the phases append in order"
+    for after in (*first, first[-1] + 1):
+        path = tmp_path / f"killed{after}.jsonl"
+        with pytest.raises(Killed):
+            _run_fast(_Dying(path, after), logits_fn, x, y, eps)
+        resumed_log = RecordLog(path)
+        assert _run_fast(resumed_log, logits_fn, x, y, eps) == whole
+        keys = [(r.model, r.attack, r.eps, r.case_id) for r in resumed_log.read()]
+        assert len(keys) == len(set(keys)) == total
+        assert _run_fast(RecordLog(path), logits_fn, x, y, eps) == whole
+        assert len(RecordLog(path).read()) == total, "a finished run appends nothing"

@@ -167,10 +167,42 @@ def test_a_custom_member_list_from_the_registry_writes_each_members_records(tmp_
     passes = {p["member"]: (p["forward"], p["backward"]) for p in summary["model_passes"]}
     assert attacked > 0 and robust_after_apgd, (attacked, robust_after_apgd)
     assert passes["apgd-ce"] == (attacked * 101, attacked * 101), "100 steps: 101 of each"
-    # FMN: 100 steps of one of each, then its point's margin confirmation (one of each, and
-    # two forward passes of pushed points)
-    assert passes["fmn"] == (len(robust_after_apgd) * 103, len(robust_after_apgd) * 101)
+    # FMN: 100 steps of one of each, then its point's margin confirmation (one of each, two
+    # forward passes of pushed points and four of the push's bisection)
+    assert passes["fmn"] == (len(robust_after_apgd) * 107, len(robust_after_apgd) * 101)
     assert "members: apgd-ce, fmn" in capsys.readouterr().out
+
+
+@needs_data
+def test_the_fast_version_writes_its_phases_records_and_says_which_path_it_took(
+    tmp_path, capsys, small_fast
+):
+    """`--version fast`: APGD-CE and MALT records on every case, the probe's records under
+    their own names on a sample of the cases both left robust, the schedule and the
+    `masking_probe` check in the summary, every stage's passes; a rerun appends nothing."""
+    out = tmp_path / "run"
+    argv = ["--model", MODEL, "--n", "60", "--eps", "1/1000", "--version", "fast", "--out",
+            str(out), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    extra = summary["extra"]
+    assert extra["version"] == "fast" and extra["schedule"].startswith("fast"), extra["schedule"]
+    checks = {c["name"]: c["passed"] for c in summary["checks"]}
+    assert "masking_probe" in checks and "eps_zero_equals_clean" in checks
+    escalated = extra["schedule"].startswith("fast, escalated")
+    stages = [p["member"] for p in extra["model_passes"]]
+    assert stages[:4] == ["apgd-ce", "malt", "fab-t (probe)", "square (probe)"]
+    assert stages[4:] == (["apgd-t", "fab-t", "square"] if escalated else [])
+    records = read_records(record_file(out))
+    left = {r.case_id for r in records if r.attack == "malt" and r.status == "failed"}
+    probed = {r.case_id for r in records if r.attack == "fab-t (probe)"}
+    assert left and probed and probed <= left and len(probed) == min(len(left), 32)
+    derived = [r for r in records if r.attack == "autoattack"]
+    assert len(derived) == 60
+    assert "members: apgd-ce, malt on every case" in capsys.readouterr().out
+    before = len(records)
+    assert main(argv) == 0
+    assert len(read_records(record_file(out))) == before, "a rerun adds nothing"
 
 
 @needs_data
