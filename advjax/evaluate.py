@@ -234,7 +234,6 @@ def evaluate(args, argv) -> int:
     )
     from advjax.evaluation._autoattack import FAST, eps_zero_check
     from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
-    from advjax.evaluation._autoattack_fast import probe_name
     from advjax.evaluation._autoattack_records import (
         broken_by_member,
         fast_outcome,
@@ -316,16 +315,13 @@ def evaluate(args, argv) -> int:
     groups = aggregate_records(records, num_classes=classes)
     random_model = args.version == "rand"
     model_checks = probe_checks(logits_fn, x, y, random_model=random_model)
-    schedule, probe_check, stages = None, [], members
+    schedule, probe_check, stages = None, [], [(m, m.name) for m in members]
     if fast:
         failed = [c.name for c in model_checks if not c.passed]
         outcome = fast_outcome(records, model=name, eps=float(args.eps),
                                key=jax.random.key(args.seed), ids=index, failed=failed)  # fmt: skip
         members, schedule, probe_check = outcome["members"], outcome["schedule"], [outcome["check"]]
-        stages = FAST.always + FAST.probe + members[len(FAST.always) :]
-    names = [m.name for m in stages]
-    if fast:
-        names[len(FAST.always) : len(FAST.always) + len(FAST.probe)] = map(probe_name, FAST.probe)
+        stages = outcome["stages"]
     broken_by = broken_by_member(records, members, index)
     clean_correct = broken_by != -2
     found = [
@@ -343,7 +339,12 @@ def evaluate(args, argv) -> int:
             "command": "python -m advjax.evaluate " + shlex.join(args_list(argv)),
             "members": [m.name for m in members],
             "model_passes": member_passes(
-                records, stages, model=name, eps=float(args.eps), classes=classes, names=names
+                records,
+                [m for m, _ in stages],
+                model=name,
+                eps=float(args.eps),
+                classes=classes,
+                names=[label for _, label in stages],
             ),
             "version": args.version if args.members is None else "custom",
             "schedule": schedule,

@@ -225,8 +225,9 @@ def _run_phase(members, names, positions, *, log, logits_fn, x, y, eps, key, ids
 def fast_outcome(records, *, model: str, eps: float, key, ids, failed) -> dict:
     """Where a fast run stands, read from its records: `left` (positions APGD-CE and MALT
     left robust), the probe's `sample` of them, how many the probe broke, whether to
-    escalate, the members whose verdicts count, the schedule's account and the
-    `masking_probe` check. Needs every case's APGD-CE and MALT records."""
+    escalate, the members whose verdicts count, every stage that ran as (member, record
+    name) in order, the schedule's account and the `masking_probe` check. Needs every
+    case's APGD-CE and MALT records."""
     mine = [r for r in records if r.model == model and r.eps == eps]
     broken_by = broken_by_member(mine, FAST.always, ids)
     left = np.flatnonzero(broken_by == -1)
@@ -235,11 +236,14 @@ def fast_outcome(records, *, model: str, eps: float, key, ids, failed) -> dict:
     position = {int(c): i for i, c in enumerate(ids)}
     broke = len({position[r.case_id] for r in mine if r.attack in probes and r.status == "success"})
     escalate, schedule, check = probe_verdict(broke, len(sample), len(left), failed)
-    escalated = {m.name for m in FAST.escalation} & {r.attack for r in mine}
+    escalated = escalate or bool({m.name for m in FAST.escalation} & {r.attack for r in mine})
+    stages = [(m, m.name) for m in FAST.always] + [(m, probe_name(m)) for m in FAST.probe]
+    stages += [(m, m.name) for m in FAST.escalation] if escalated else []
     return {
         "left": left, "sample": sample, "broke": broke, "failed": failed,
         "escalate": escalate, "schedule": schedule, "check": check,
-        "members": FAST.always + FAST.escalation if escalate or escalated else FAST.always,
+        "members": FAST.always + FAST.escalation if escalated else FAST.always,
+        "stages": stages,
     }  # fmt: skip
 
 

@@ -197,7 +197,9 @@ def _run_fast(log, logits_fn, x, y, eps, **kwargs):
                           version="fast", batch_size=8, **kwargs)  # fmt: skip
 
 
-@pytest.mark.parametrize("masked", [False, True], ids=["plain", "masked"])
+@pytest.mark.parametrize(
+    "masked", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["plain", "masked"]
+)
 def test_fast_records_give_the_pure_functions_verdicts_queries_and_passes(
     tmp_path, small_fast, masked
 ):

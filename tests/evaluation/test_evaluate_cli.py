@@ -173,6 +173,7 @@ def test_a_custom_member_list_from_the_registry_writes_each_members_records(tmp_
     assert "members: apgd-ce, fmn" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @needs_data
 def test_the_fast_version_writes_its_phases_records_and_says_which_path_it_took(
     tmp_path, capsys, small_fast
@@ -225,6 +226,7 @@ def test_an_interrupted_run_keeps_its_attack_time_for_the_whole_evaluations_tota
     assert all(r["seconds"] >= 0 and r["model"] == "linear_logits_fn" for r in runs)
 
 
+@pytest.mark.slow
 @needs_data
 def test_a_run_killed_mid_member_and_resumed_ends_with_the_records_of_an_uninterrupted_run(
     tmp_path,
