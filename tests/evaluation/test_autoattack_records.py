@@ -197,9 +197,8 @@ def _run_fast(log, logits_fn, x, y, eps, **kwargs):
                           version="fast", batch_size=8, **kwargs)  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "masked", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["plain", "masked"]
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("masked", [False, True], ids=["plain", "masked"])
 def test_fast_records_give_the_pure_functions_verdicts_queries_and_passes(
     tmp_path, small_fast, masked
 ):
