@@ -99,7 +99,8 @@ def run_peer(torch_python: str, model, variables, x, y, logits, *, threads: int)
                             ("--threads", threads), logits=logits)  # fmt: skip
 
 
-def run_advjax(logits_fn, x, y, eps, seed):
+def run_advjax(logits_fn, x, y, eps, seed, *, version="standard", checks=False):
+    """`advjax.autoattack`, timed: (result, seconds, seconds per member from its runs)."""
     from advjax.evaluation import autoattack
 
     marks = []
@@ -108,7 +109,8 @@ def run_advjax(logits_fn, x, y, eps, seed):
         marks.append((member.name, time.perf_counter(), left))
 
     started = time.perf_counter()
-    result = autoattack(logits_fn, x, y, eps, key=jax.random.key(seed), on_run=on_run, checks=False)
+    result = autoattack(logits_fn, x, y, eps, key=jax.random.key(seed), version=version,
+                        on_run=on_run, checks=checks)  # fmt: skip
     total = time.perf_counter() - started
     seconds, previous = {}, started
     for name, t, _ in marks:

@@ -18,7 +18,6 @@ network (`benchmarks/torch_original_autoattack.py`). Writes
 import argparse
 import resource
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,28 +26,6 @@ from advjax import backend
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_STUDY = REPO / "results" / "research"
-
-
-def run_version(logits_fn, x, y, eps, seed, version):
-    """`advjax.autoattack` of one version, timed: (result, seconds, seconds per stage)."""
-    import jax
-
-    from advjax.evaluation import autoattack
-
-    marks = []
-
-    def on_run(member, target, restart, left):
-        marks.append((member.name, time.perf_counter()))
-
-    started = time.perf_counter()
-    result = autoattack(logits_fn, x, y, eps, key=jax.random.key(seed), version=version,
-                        on_run=on_run)  # fmt: skip
-    seconds = time.perf_counter() - started
-    by_stage, previous = {}, started
-    for name, t in marks:
-        by_stage[name] = by_stage.get(name, 0.0) + t - previous
-        previous = t
-    return result, seconds, by_stage
 
 
 def advjax_row(result, seconds, by_stage, n) -> dict:
@@ -155,7 +132,7 @@ def main(argv=None) -> dict:
     from advjax.evaluation import format_rate, rate
     from advjax.io import environment, load_checkpoint
     from advjax.model import eval_logits_fn
-    from benchmarks.autoattack_peer import run_torch_script, study_images
+    from benchmarks.autoattack_peer import run_advjax, run_torch_script, study_images
     from benchmarks.machine import cpu_model, load_average
     from benchmarks.report import write_report
 
@@ -171,7 +148,8 @@ def main(argv=None) -> dict:
     start = load_average()
     rows = {}
     for version in ("fast", "standard"):
-        result, seconds, by_stage = run_version(logits_fn, x, y, 8 / 255, args.seed, version)
+        result, seconds, by_stage = run_advjax(logits_fn, x, y, 8 / 255, args.seed,
+                                               version=version, checks=True)  # fmt: skip
         rows[version] = (result, advjax_row(result, seconds, by_stage, len(y)))
         print(f"advjax {version}: robust {rows[version][1]['robust']}, {seconds:.0f} s", flush=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
