@@ -1,6 +1,6 @@
 """AutoAttack on a model advjax never saw, against the original AutoAttack, in one run.
 
-    python -m benchmarks.any_model_autoattack [--checkpoint results/research/robust_cnn/checkpoints/pgd_silu_scratch.msgpack]
+    python -m benchmarks.any_model_autoattack [--checkpoint results/cifar10/robust_cnn/checkpoints/pgd_silu_scratch.msgpack]
         [--n 500] [--torch-python .torchvenv/bin/python] [--out benchmarks/results]
 
 The model: a trained study checkpoint written again as a user's plain-`jax.numpy` port
@@ -24,8 +24,8 @@ import numpy as np
 from advjax import backend
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CHECKPOINT = REPO / "results/research/robust_cnn/checkpoints/pgd_silu_scratch.msgpack"
-DEFAULT_STUDY = REPO / "results"
+DEFAULT_CHECKPOINT = REPO / "results/cifar10/robust_cnn/checkpoints/pgd_silu_scratch.msgpack"
+DEFAULT_STUDY = REPO / "results" / "cifar10" / "default"
 
 
 def main(argv=None) -> dict:

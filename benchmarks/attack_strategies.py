@@ -1,6 +1,6 @@
 """Less work for the same answer: early stopping, and vmapped restarts / eps against loops.
 
-`python -m benchmarks.attack_strategies [--study results] [--model standard] [--n 500]`
+`python -m benchmarks.attack_strategies [--study results/cifar10/default] [--model standard] [--n 500]`
 
 On a trained model of a study run and its evaluation images, each comparison runs both
 strategies on the same cases, checks that they decide every case alike (the "ever broken"
@@ -168,7 +168,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--study", default="results")
+    p.add_argument("--study", default="results/cifar10/default")
     p.add_argument("--model", default="standard")
     p.add_argument("--n", type=int, default=500)
     p.add_argument("--steps", type=int, default=100)

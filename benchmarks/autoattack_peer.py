@@ -58,7 +58,7 @@ def torch_weights(variables: dict) -> dict:
     return {k: v.astype(np.float32) for k, v in out.items()}  # fmt: skip
 
 
-DEFAULT_STUDY = REPO / "results" / "research"
+DEFAULT_STUDY = REPO / "results" / "cifar10" / "research"
 """The study whose checkpoint and images the benchmark uses unless `--study` names another."""
 
 

@@ -1,5 +1,5 @@
 """The PyTorch AutoAttack peer on every model of a study's strong evaluation:
-`python -m benchmarks.autoattack_peer_study --study results [--models standard ...]`.
+`python -m benchmarks.autoattack_peer_study --study results/cifar10/default [--models standard ...]`.
 
 For each model the strong evaluation attacked (`<study>/strong_evaluation/records.jsonl.gz`),
 torchattacks' standard members (`benchmarks/torch_autoattack.py`: APGD-CE, APGD-T, FAB-T
@@ -62,6 +62,18 @@ def agreement(advjax: np.ndarray, torch: np.ndarray) -> dict:
     }
 
 
+def _committed_at(path: Path, revision: str) -> bool:
+    """Whether `revision` held a file of `path`'s name and bytes (wherever results/ kept it)."""
+    blob = subprocess.run(
+        ["git", "hash-object", str(path)], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    tree = subprocess.run(
+        ["git", "ls-tree", "-r", revision, "--", "results"], cwd=REPO, capture_output=True,
+        text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    return any(line.split()[2] == blob and line.endswith("/" + path.name) for line in tree if line)
+
+
 def from_benchmark(path: Path, name: str, study_dir: Path, n: int) -> dict | None:
     """The peer's run on `name` inside `benchmarks.autoattack_peer` (`path`, its JSON), when
     that run attacked the same checkpoint of the same study on the same first `n` images;
@@ -75,8 +87,7 @@ def from_benchmark(path: Path, name: str, study_dir: Path, n: int) -> dict | Non
         return None
     checkpoint = study_dir / "checkpoints" / f"{name}.msgpack"
     revision = bench["machine"]["git_revision"]
-    changed = subprocess.run(["git", "diff", "--quiet", revision, "--", str(checkpoint)], cwd=REPO)
-    if changed.returncode != 0:
+    if not _committed_at(checkpoint, revision):
         raise SystemExit(f"{checkpoint} changed since the benchmark's revision {revision[:10]}")
     torch = bench["torch"]
     return {
@@ -117,7 +128,9 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--study", default="results", help="a study run with strong_evaluation/")
+    p.add_argument(
+        "--study", default="results/cifar10/default", help="a study run with strong_evaluation/"
+    )
     p.add_argument("--models", nargs="+", default=None, help="default: every model evaluated")
     p.add_argument("--torch-python", default=str(REPO / ".torchvenv" / "bin" / "python"))
     p.add_argument("--threads", type=int, default=2)

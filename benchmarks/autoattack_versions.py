@@ -1,7 +1,7 @@
 """AutoAttack's fast and standard versions against the original AutoAttack, in one run.
 
     python -m benchmarks.autoattack_versions [--model pgd_continue2_silu] [--n 1000]
-        [--study results/research] [--torch-python .torchvenv/bin/python] [--out benchmarks/results]
+        [--study results/cifar10/research] [--torch-python .torchvenv/bin/python] [--out benchmarks/results]
 
 The same weights (a study checkpoint; the peer gets them in its PyTorch `Net`), the same
 images (the first n of the study's stratified test cases), eps 8/255 L-inf, seed 0:
@@ -25,7 +25,7 @@ import numpy as np
 from advjax import backend
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_STUDY = REPO / "results" / "research"
+DEFAULT_STUDY = REPO / "results" / "cifar10" / "research"
 
 
 def advjax_row(result, seconds, by_stage, n) -> dict:

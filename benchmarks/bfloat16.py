@@ -134,7 +134,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--study", default=str(REPO / "results"))
+    p.add_argument("--study", default=str(REPO / "results" / "cifar10" / "default"))
     p.add_argument("--model", default="standard")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--rounds", type=int, default=2)

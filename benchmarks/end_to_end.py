@@ -10,7 +10,7 @@ Writes `benchmarks/results/end_to_end.{json,md}`: the wall time against the goal
 the phase table (data, each model's training, each model's attacks by attack, everything
 else), each training's throughput over its epochs (validation and compilation included)
 against the step benchmark's, and each model's clean and PGD accuracies against the
-95 % intervals of the committed results (`--compare`, default `results/results.json`, copied
+95 % intervals of the committed results (`--compare`, default `results/cifar10/default/results.json`, copied
 into WORK when the run starts). `--report-only` rebuilds the report from a finished WORK folder.
 """
 
@@ -259,7 +259,9 @@ def main(argv=None) -> dict:
     )
     p.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "advjax-e2e"))
     p.add_argument("--study-args", default="", help="extra study arguments, one string")
-    p.add_argument("--compare", default=str(REPO / "results" / "results.json"))
+    p.add_argument(
+        "--compare", default=str(REPO / "results" / "cifar10" / "default" / "results.json")
+    )
     p.add_argument("--report-only", action="store_true", help="report the run already in --work")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = p.parse_args(argv)

@@ -1,6 +1,6 @@
 """FAB-T with the projections' sort on XLA against NumPy, side by side in one run.
 
-    python -m benchmarks.fab_sort [--study results] [--model fgsm_matched] [--targets 1] [--rounds 1]
+    python -m benchmarks.fab_sort [--study results/cifar10/default] [--model fgsm_matched] [--targets 1] [--rounds 1]
 
 Attacks the cases that the study's model classifies correctly and that PGD-20 at 8/255 leaves
 robust (the cases FAB-T meets inside AutoAttack) with `advjax.attacks.fab` (targeted, 100
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 def main(argv=None) -> dict:
     backend.configure()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--study", default=str(REPO / "results"))
+    p.add_argument("--study", default=str(REPO / "results" / "cifar10" / "default"))
     p.add_argument("--model", default="fgsm_matched")
     p.add_argument("--targets", type=int, default=1)
     p.add_argument("--rounds", type=int, default=1)

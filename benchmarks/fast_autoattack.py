@@ -4,7 +4,7 @@
         [--out benchmarks/results] [--name fast_autoattack]
 
 Each STUDY:STRONG pair names a study run (results.json, checkpoints/) and the folder of its
-committed standard AutoAttack records (default: results:results/strong_evaluation, the
+committed standard AutoAttack records (default: results/cifar10/default:results/cifar10/default/strong_evaluation, the
 three default models). For every model there, `advjax.autoattack(version="fast")` runs on
 the same images with the same seed, and the benchmark reports: robust accuracy under both,
 the cases on which they disagree, the model passes of each (the standard version's from
@@ -24,7 +24,7 @@ import numpy as np
 from advjax import backend
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT = "results:results/strong_evaluation"
+DEFAULT = "results/cifar10/default:results/cifar10/default/strong_evaluation"
 
 
 def standard_outcome(records, model: str, case_count: int, classes: int) -> dict:

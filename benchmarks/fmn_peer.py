@@ -128,7 +128,11 @@ def main(argv=None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--checkpoints", nargs="+", default=["standard", "fgsm_matched"])
-    p.add_argument("--study", default=str(REPO / "results"), help="whose images and checkpoints")
+    p.add_argument(
+        "--study",
+        default=str(REPO / "results" / "cifar10" / "default"),
+        help="whose images and checkpoints",
+    )
     p.add_argument("--n", type=int, default=500)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--batch", type=int, default=250)

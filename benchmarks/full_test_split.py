@@ -1,6 +1,6 @@
 """PGD with restarts on the full 10,000-image CIFAR-10 test split, within a memory budget.
 
-`python -m benchmarks.full_test_split [--study results] [--model standard] [--restarts 4]`
+`python -m benchmarks.full_test_split [--study results/cifar10/default] [--model standard] [--restarts 4]`
 
 Attacks every test image through the record campaign (`advjax.evaluation.run_attack`): fixed-
 size batches, PGD in chunks of steps with the still-unbroken cases compacted between chunks,
@@ -36,7 +36,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--study", default="results")
+    p.add_argument("--study", default="results/cifar10/default")
     p.add_argument("--model", default="standard")
     p.add_argument("--eps", type=parse_eps, default=8 / 255, help="L-inf budget, e.g. 8/255")
     p.add_argument("--steps", type=int, default=20)

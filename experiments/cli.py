@@ -124,3 +124,13 @@ def hold_output_folder(
     """
     with OutputLock(out):
         return repair_record_files(records) if repair else work()
+
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def results_folder(out: str | os.PathLike) -> str:
+    """The folder a run writes into, as its results.json names it: relative to the repository
+    root when inside it (e.g. `results/cifar10/default`), absolute otherwise."""
+    path = Path(out).resolve()
+    return path.relative_to(REPOSITORY).as_posix() if path.is_relative_to(REPOSITORY) else str(path)

@@ -227,7 +227,7 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[CompactCNN, dict[str, Any]
         variable path is named with both shapes and dtypes).
 
     Example:
-      >>> model, variables = load_checkpoint("results/checkpoints/standard.msgpack")
+      >>> model, variables = load_checkpoint("results/cifar10/default/checkpoints/standard.msgpack")
       >>> logits_fn = advjax.model.eval_logits_fn(model, variables)
     """
     model, variables, _ = _load(path)
@@ -250,7 +250,7 @@ def load_logits_fn(path: str | os.PathLike):
       CheckpointError: as `load_checkpoint`.
 
     Example:
-      >>> logits_fn, digest = load_logits_fn("results/checkpoints/standard.msgpack")
+      >>> logits_fn, digest = load_logits_fn("results/cifar10/default/checkpoints/standard.msgpack")
     """
     from advjax.model._cnn import eval_logits_fn
 

@@ -73,7 +73,7 @@ def read_records(path: str | os.PathLike, *, strict: bool = False) -> list[CaseR
       RecordError: a line is not a valid record; the message names 'file:line'.
 
     Example:
-      >>> records = read_records("results/records.jsonl")
+      >>> records = read_records("results/cifar10/default/records.jsonl")
     """
     path = Path(path)
     data = path.read_bytes()
@@ -217,7 +217,7 @@ def record_file(folder: str | os.PathLike, stem: str = "records") -> Path:
     """A folder's record file: `<stem>.jsonl.gz` (new runs), or an existing `<stem>.jsonl`.
 
     Example:
-      >>> log = RecordLog(record_file("results"))  # results/records.jsonl.gz
+      >>> log = RecordLog(record_file("results"))  # results/cifar10/default/records.jsonl.gz
     """
     folder = Path(folder)
     plain = folder / f"{stem}.jsonl"
@@ -288,7 +288,7 @@ def repair_records(path: str | os.PathLike) -> RecordRepair:
         this repairs.
 
     Example:
-      >>> repair = repair_records("results/records.jsonl")
+      >>> repair = repair_records("results/cifar10/default/records.jsonl")
       >>> print(repair.describe())
     """
     path = Path(path)

@@ -181,7 +181,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--study", default="results", help="the study run (results.json, checkpoints/)")
+    p.add_argument(
+        "--study",
+        default="results/cifar10/default",
+        help="the study run (results.json, checkpoints/)",
+    )
     p.add_argument("--out", default=None, help="output folder (default <study>/attack_variants)")
     p.add_argument("--models", nargs="+", default=None)
     p.add_argument("--steps", type=int, default=20)

@@ -202,10 +202,10 @@ transfer check from a separately trained surrogate."""
 
 PROFILES = ("default", "research", "robust_cnn", "reference", "quick")
 PROFILE_OUTPUTS = {
-    "default": "results",
-    "research": "results/research",
-    "robust_cnn": "results/research/robust_cnn",
-    "reference": "results",
+    "default": "results/cifar10/default",
+    "research": "results/cifar10/research",
+    "robust_cnn": "results/cifar10/robust_cnn",
+    "reference": "results/cifar10/default",
 }
 """Each profile's output folder when --out is not given (quick: a new temporary folder)."""
 PROFILE_POLICIES = {"research": "research_policy.json", "robust_cnn": "robust_cnn_policy.json"}

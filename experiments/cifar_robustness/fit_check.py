@@ -1,5 +1,5 @@
 """How well trained models fit their own adversarial training data:
-`python -m experiments.cifar_robustness.fit_check --study results/research/robust_cnn`.
+`python -m experiments.cifar_robustness.fit_check --study results/cifar10/robust_cnn`.
 
 For each model of a study run, clean and PGD accuracy at 8/255 (PGD-10, steps of eps/4, one
 random start: the validation attack of the training loop, `advjax.train.pgd_accuracy`) on
@@ -37,7 +37,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
-        "--study", default="results/research/robust_cnn", help="a study run (results.json)"
+        "--study", default="results/cifar10/robust_cnn", help="a study run (results.json)"
     )
     p.add_argument("--models", nargs="+", default=None, help="default: every trained model")
     p.add_argument("--n", type=int, default=1000, help="images from each of the two sets")

@@ -23,10 +23,10 @@
 # here or on the CPU, when copied into the profile's folder. Writes $OUT/log.txt and
 # $OUT/<first model>/{checkpoints,training_progress}/*.msgpack (EXTRA_ARGS, e.g. a --set,
 # go to every process; a rehearsal on the CPU runs the whole flow small); copy those into
-# results/research/robust_cnn/ and run the profile with --models there to evaluate them.
+# results/cifar10/robust_cnn/ and run the profile with --models there to evaluate them.
 #
 # A training begun elsewhere (its last finished epoch in RESUME_FROM, by default
-# results/research/robust_cnn/levers/training_progress/) goes on from there: --stage also
+# results/cifar10/robust_cnn/levers/training_progress/) goes on from there: --stage also
 # puts those files in .devtrain_r, `--receive r` (carry=[".devtrain_r"]) sends them, and
 # --train starts each group whose first model has one from it.
 set -o pipefail
@@ -35,7 +35,7 @@ SRC=${ADVJAX_DATA_DIR:-../shared/data/cifar10}
 DATA=${DATA:-/tmp/advjax_cifar10}
 OUT=${OUT:-/tmp/gpu_train}
 BUDGET_S=${BUDGET_S:-480}
-RESUME_FROM=${RESUME_FROM:-results/research/robust_cnn/levers/training_progress}
+RESUME_FROM=${RESUME_FROM:-results/cifar10/robust_cnn/levers/training_progress}
 PARTS=(a:data_batch_1,data_batch_2,batches.meta b:data_batch_3,data_batch_4 c:data_batch_5,test_batch)
 
 git_ignore() {  # staged folder $1 stays out of git, so a device call takes it only when carried

@@ -36,10 +36,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--run", default="results/research/robust_cnn/levers", help="the levers' run")
+    p.add_argument("--run", default="results/cifar10/robust_cnn/levers", help="the levers' run")
     p.add_argument(
         "--baseline",
-        default="results/research/robust_cnn/checkpoints/pgd_silu_scratch_ema.msgpack",
+        default="results/cifar10/robust_cnn/checkpoints/pgd_silu_scratch_ema.msgpack",
         help="the checkpoint of the recipe the levers change",
     )
     p.add_argument("--models", nargs="+", default=None, help="default: every training in --run")

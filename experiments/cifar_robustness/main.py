@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--out",
         default=None,
-        help="output folder (default: results/, research: results/research/, quick: a temp folder)",
+        help="output folder (default: results/, research: results/cifar10/research/, quick: a temp folder)",
     )
     p.add_argument(
         "--data-dir", default=None, help=f"CIFAR-10 binary folder (else ${DATA_DIR_ENV}, else tfds)"

@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> dict:
     data = load_cifar10(args.data_dir)
     splits = study_splits(data.train_labels, data.test_labels, seed=config.seed)
     setting = "no_augment" if args.no_augment else "augment"
-    out = Path(args.out or ROOT / "results" / "peer_protocol_check" / f"{setting}.json")
+    out = Path(
+        args.out
+        or ROOT / "results" / "cifar10" / "default" / "peer_protocol_check" / f"{setting}.json"
+    )
     result = {
         "command": "python -m experiments.cifar_robustness.peer_protocol_check "
         + " ".join(argv or sys.argv[1:]),

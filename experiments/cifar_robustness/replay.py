@@ -1,7 +1,7 @@
 """Re-run single records of a study run and compare them field by field.
 
-    python -m experiments.cifar_robustness.replay --run results --line 1234 [--line ...]
-    python -m experiments.cifar_robustness.replay --run results --model standard --attack pgd --eps 8/255 --case 17
+    python -m experiments.cifar_robustness.replay --run results/cifar10/default --line 1234 [--line ...]
+    python -m experiments.cifar_robustness.replay --run results/cifar10/default --model standard --attack pgd --eps 8/255 --case 17
 
 Each record is re-attacked alone from its stored key path, attack config and threat
 model, on the checkpoint whose hash it names, and compared as the study's replay check
@@ -86,7 +86,9 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
-        "--run", default="results", help="the run's folder (results.json, records.jsonl)"
+        "--run",
+        default="results/cifar10/default",
+        help="the run's folder (results.json, records.jsonl)",
     )
     p.add_argument("--line", type=int, action="append", default=[], help="1-based record line")
     p.add_argument("--model"), p.add_argument("--attack")

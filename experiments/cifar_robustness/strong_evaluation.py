@@ -159,7 +159,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--study", default="results", help="the study run (results.json, checkpoints/)")
+    p.add_argument(
+        "--study",
+        default="results/cifar10/default",
+        help="the study run (results.json, checkpoints/)",
+    )
     p.add_argument("--out", default=None, help="output folder (default <study>/strong_evaluation)")
     p.add_argument("--models", nargs="+", default=None)
     p.add_argument("--steps", type=int, default=100)

@@ -43,6 +43,7 @@ from experiments.cifar_robustness.evaluation import (
     summarise_run,
 )
 from experiments.cifar_robustness.model_specs import ModelSpec
+from experiments.cli import results_folder
 
 _SUBSET_STREAM = 100
 DEFAULT_POLICY = Path(__file__).parent / "release_policy.json"
@@ -317,6 +318,7 @@ def run_study(
         timings[f"attack_{spec.name}"] = extras[spec.name]["attack_seconds"]
     results = {
         "study": "cifar10_robustness",
+        "folder": results_folder(out),
         "command": command,
         "config": config.to_dict(),
         "config_digest": config.digest(),

@@ -39,6 +39,7 @@ from advjax.io import (
 )
 from advjax.text.data import load_parallel, resolve_multi30k_dir
 from advjax.text.translate import fit, make_adv_train_step, word_mask
+from experiments.cli import results_folder
 from experiments.seq2seq_robustness.attacks import attack_model, summarize_records
 from experiments.seq2seq_robustness.main import profile
 from experiments.seq2seq_robustness.models import (
@@ -182,6 +183,7 @@ def main(argv: list[str] | None = None) -> dict:
             folder / "records.jsonl.gz", (json.dumps(r, ensure_ascii=False) for r in records)
         )
         (folder / "records.jsonl").unlink(missing_ok=True)  # a plain file of an earlier run
+        results["folder"] = results_folder(folder)
         atomic_write_json(previous_path, results)
     atomic_write_text(folder / "tables.md", table(results))
     atomic_write_json(folder / "run.json", {

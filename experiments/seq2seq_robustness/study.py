@@ -17,6 +17,7 @@ from advjax.io import (
 )
 from advjax.text.data import load_parallel
 from advjax.text.translate import SETTINGS
+from experiments.cli import results_folder
 from experiments.seq2seq_robustness.attacks import attack_model, summarize_records
 from experiments.seq2seq_robustness.bpe_attacks import attack_bpe_model, training_word_vocab
 from experiments.seq2seq_robustness.config import Config, profile  # noqa: F401
@@ -234,6 +235,7 @@ def run(
     )
     (out / "records.jsonl").unlink(missing_ok=True)  # a plain file of an earlier run
     results["seconds"] = time.perf_counter() - start
+    results["folder"] = results_folder(out)
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "tables.md", write_tables(results))
     write_figure(all_records, out / "figures" / "src_vs_tgt.png")

@@ -10,6 +10,7 @@ from advjax.io import atomic_write_json, atomic_write_lines, atomic_write_text, 
 from advjax.text import ValidityRule
 from advjax.text.classify import predict_logits
 from experiments.cifar_robustness.plots import save_figure
+from experiments.cli import results_folder
 from experiments.text_robustness import pipeline as tp
 from experiments.text_robustness import report as tr
 
@@ -104,6 +105,7 @@ def run(config, out: Path, *, text_dir=None, show_progress=True, command="", pol
         "gate": {"allow": decision.allow, "text": gate_text},
         "seconds": round(time.time() - start, 1),
         "environment": env,
+        "folder": results_folder(out),
     }
     atomic_write_json(out / "results.json", results)
     atomic_write_json(

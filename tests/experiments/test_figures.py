@@ -15,7 +15,9 @@ from experiments.cifar_robustness.tradeoff import load_strong, tradeoff_figure
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = [
-    p for p in (ROOT / "results", ROOT / "results" / "research") if (p / "results.json").exists()
+    p
+    for p in (ROOT / "results" / "cifar10" / "default", ROOT / "results" / "cifar10" / "research")
+    if (p / "results.json").exists()
 ]
 
 

@@ -74,7 +74,7 @@ def test_a_training_begun_elsewhere_goes_on_from_its_staged_progress(tmp_path):
     """--stage takes RESUME_FROM's progress files into their own part; after `--receive r`,
     --train puts a group's file in its output folder before its training process starts."""
     repo = _checkout(tmp_path)
-    progress = repo / "results" / "research" / "robust_cnn" / "levers" / "training_progress"
+    progress = repo / "results" / "cifar10" / "robust_cnn" / "levers" / "training_progress"
     progress.mkdir(parents=True)
     (progress / "pgd_silu_scratch_flip_ema.msgpack").write_bytes(b"epoch 17")
     _stage(repo)

@@ -60,7 +60,7 @@ def _benchmark(tmp_path, **changes):
 
 
 def test_a_benchmark_run_stands_in_only_for_its_own_model_study_and_images(tmp_path):
-    study = REPO / "results" / "research"
+    study = REPO / "results" / "cifar10" / "research"
     path = _benchmark(tmp_path)
     peer = from_benchmark(path, "pgd_continue2_silu", study, 4)
     assert peer["robust"] == [1, 0, 1, 0] and peer["seconds"] == 10.0
@@ -68,6 +68,9 @@ def test_a_benchmark_run_stands_in_only_for_its_own_model_study_and_images(tmp_p
     assert "autoattack_peer --n 4" in peer["source"]
     assert from_benchmark(path, "fgsm_rs_full", study, 4) is None
     assert from_benchmark(path, "pgd_continue2_silu", study, 1000) is None
-    assert from_benchmark(path, "pgd_continue2_silu", REPO / "results", 4) is None
+    assert (
+        from_benchmark(path, "pgd_continue2_silu", REPO / "results" / "cifar10" / "default", 4)
+        is None
+    )
     other = _benchmark(tmp_path, command="python -m benchmarks.autoattack_peer --study results")
     assert from_benchmark(other, "pgd_continue2_silu", study, 4) is None
