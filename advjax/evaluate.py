@@ -1,7 +1,7 @@
 """AutoAttack any JAX model from the command line, with per-case records, a summary, a
 one-page report and the release gate.
 
-    python -m advjax.evaluate --checkpoint results/cifar10/default/checkpoints/pgd_continue2_silu.msgpack \\
+    python -m advjax.evaluate --checkpoint results/cifar10/research/checkpoints/pgd_continue2_silu.msgpack \\
         --data cifar10 --n 1000 --eps 8/255 --out runs/aa
     python -m advjax.evaluate --model mypackage.models:make_logits_fn --n 1000 --out runs/aa
     python -m advjax.evaluate --model mypackage.models:make_logits_fn --data my_test_set.npz \

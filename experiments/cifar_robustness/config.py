@@ -211,6 +211,102 @@ PROFILE_OUTPUTS = {
 PROFILE_POLICIES = {"research": "research_policy.json", "robust_cnn": "robust_cnn_policy.json"}
 """A profile's release policy beside this file, where it is not `release_policy.json`."""
 
+_ONE_EPS = ("eps_list=0,8/255", "budget_eps=8/255", "budget_restarts=1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """A named run of a profile (`--group NAME`): which of its models, the overrides of its
+    protocol, its output folder and release policy (declared before its models were
+    trained), the run whose trained and attacked models it takes (`--reuse-from`), and the
+    phases it runs after its campaign (`PHASES`)."""
+
+    models: tuple[str, ...]
+    out: str
+    policy: str
+    overrides: tuple[str, ...] = ()
+    reuse_from: str | None = None
+    phases: tuple[tuple[str, ...], ...] = ()
+
+
+PHASES = ("strong_evaluation", "attack_variants")
+"""Phases a profile or group may run after its campaign, each into its own subfolder of the
+run as its own command would (`python -m experiments.cifar_robustness.<phase> --study RUN`):
+AutoAttack's standard version at 8/255, and the margin-loss, targeted and L2 attacks. A
+phase is (name, *that command's further arguments)."""
+_STRONG = ("strong_evaluation",)
+PROFILE_PHASES = {"research": (_STRONG, ("attack_variants",))}
+"""The phases of a profile without groups, where it has any."""
+
+_ROBUST_CNN = PROFILE_OUTPUTS["robust_cnn"]
+PROFILE_GROUPS = {
+    "robust_cnn": {
+        "finalists": Group(
+            ("pgd_silu_scratch", "pgd_silu_scratch_ema"),
+            _ROBUST_CNN,
+            "robust_cnn_policy.json",
+            phases=(_STRONG,),
+        ),
+        "capacity": Group(
+            ("capacity_short", "capacity_short_wide"),
+            f"{_ROBUST_CNN}/capacity",
+            "capacity_policy.json",
+            _ONE_EPS,
+        ),
+        "regularisation": Group(
+            ("capacity_short", "short_no_decay", "short_flip_only", "short_batch64", "short_lr2x"),
+            f"{_ROBUST_CNN}/regularisation",
+            "regularisation_policy.json",
+            _ONE_EPS,
+        ),
+        "levers": Group(
+            (
+                "pgd_silu_scratch",
+                "pgd_silu_scratch_ema",
+                "pgd_silu_scratch_batch64_ema",
+                "pgd_silu_scratch_batch64",
+            ),
+            f"{_ROBUST_CNN}/levers",
+            "full_length_levers_policy.json",
+            reuse_from=_ROBUST_CNN,
+            phases=(
+                (*_STRONG, "--models", "pgd_silu_scratch_batch64_ema", "pgd_silu_scratch_batch64"),
+            ),  # the baselines' is the finalists'
+        ),  # fmt: skip
+        "wide": Group(
+            ("pgd_silu_scratch_wide",),
+            f"{_ROBUST_CNN}/wide",
+            "wide_policy.json",
+            _ONE_EPS,
+            phases=(_STRONG,),
+        ),
+    },
+}
+"""The named runs of a profile; the first is the profile's run without `--group`. The robust
+CNN's candidates are trained and compared in five: the finalists, the capacity check, the
+regularisation probes, the full-length levers and the double-width model."""
+
+
+def phases(profile_name: str, group_name: str | None) -> tuple[tuple[str, ...], ...]:
+    """The phases the profile (or its group) runs after its campaign."""
+    chosen = group(profile_name, group_name)
+    return chosen.phases if chosen else PROFILE_PHASES.get(profile_name, ())
+
+
+def group(profile_name: str, name: str | None) -> Group | None:
+    """The profile's group `name` (its first without a name); None for a profile without
+    groups, where a name is an error."""
+    groups = PROFILE_GROUPS.get(profile_name, {})
+    if name is None:
+        return next(iter(groups.values()), None)
+    if name not in groups:
+        raise ValueError(
+            f"--group {name!r}: "
+            + (f"profile {profile_name} has {sorted(groups)}" if groups else
+               f"profile {profile_name} has no groups (robust_cnn has {sorted(PROFILE_GROUPS['robust_cnn'])})")
+        )  # fmt: skip
+    return groups[name]
+
 
 def profile(name: str) -> StudyConfig:
     """A named protocol.

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.cifar_robustness import image_plots, plots
+from experiments import plots
+from experiments.cifar_robustness import image_plots
 from experiments.cifar_robustness.tradeoff import ensemble_rate, strong_name, tradeoff_figure
 
 ATTACK_NAMES = {"fgsm": "FGSM", "pgd": "PGD"}

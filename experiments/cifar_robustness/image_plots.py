@@ -5,7 +5,7 @@ from typing import Sequence
 
 import numpy as np
 
-from experiments.cifar_robustness.plots import plt, save_figure
+from experiments.plots import plt, save_figure
 
 
 def image_grid(images: np.ndarray, row_labels: Sequence[str], title: str, path) -> None:

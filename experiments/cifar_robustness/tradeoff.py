@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from advjax.evaluation import AUTOATTACK, find_group, format_rate
-from experiments.cifar_robustness import plots
+from experiments import plots
 
 STRONG_SUMMARY = Path("strong_evaluation") / "summary.json"
 TARGET = (65.0, 35.0)

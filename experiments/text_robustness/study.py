@@ -9,8 +9,8 @@ from advjax.evaluation import decide, format_decision, format_rate, load_policy,
 from advjax.io import atomic_write_json, atomic_write_lines, atomic_write_text, environment
 from advjax.text import ValidityRule
 from advjax.text.classify import predict_logits
-from experiments.cifar_robustness.plots import save_figure
 from experiments.cli import results_folder
+from experiments.plots import save_figure
 from experiments.text_robustness import pipeline as tp
 from experiments.text_robustness import report as tr
 

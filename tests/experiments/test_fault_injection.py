@@ -39,9 +39,11 @@ REAP_TIMEOUT_S = 60
 TIMING_KEYS = frozenset({"timings_seconds", "seconds", "attack_seconds"})
 """Wall-clock measurements: they differ from run to run and, after a kill, lose the part of
 the work the kill threw away."""
-PROVENANCE_KEYS = frozenset({"environment", "command", "git_revision", "resumed_after_epoch"})
-"""Where and how a run was made: the command names its own output folder, the git state
-moves when others commit in the same checkout while the test runs, and a training a kill
+PROVENANCE_KEYS = frozenset(
+    {"environment", "command", "folder", "git_revision", "resumed_after_epoch"}
+)
+"""Where and how a run was made: the command and `folder` name its own output folder, the git
+state moves when others commit in the same checkout while the test runs, and a training a kill
 interrupted says after which epoch it resumed."""
 
 pytestmark = [

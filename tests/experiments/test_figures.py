@@ -10,7 +10,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from experiments.cifar_robustness import figures, plots
+from experiments import plots
+from experiments.cifar_robustness import figures
 from experiments.cifar_robustness.tradeoff import load_strong, tradeoff_figure
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import pytest
 from conftest import case_record
 
 from advjax.io import RecordLog
-from experiments.cifar_robustness import paired
+from experiments import paired
 
 
 def _write(folder, model, statuses, *, attack="pgd", model_hash="mh", eps=8 / 255):

@@ -403,9 +403,8 @@ def real_subsets(cifar10):
     return train, val
 
 
-@pytest.mark.parametrize(
-    "mode,epochs", [pytest.param("fgsm_rs", 2, marks=pytest.mark.slow), ("pgd", 1)]
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,epochs", [("fgsm_rs", 2), ("pgd", 1)])
 def test_short_real_run_trains_without_nan_and_records_the_probe(mode, epochs, real_subsets):
     """fgsm_rs (2 epochs) and pgd (1 epoch, 7 steps) on 512 real images: finite losses,
     probe and validation PGD accuracies in [0, 1] in every record, and the probe's PGD

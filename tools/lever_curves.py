@@ -1,5 +1,5 @@
 """Validation curves of lever runs against the recipe they change, finished or not:
-`python -m experiments.cifar_robustness.lever_curves`.
+`python -m tools.lever_curves`.
 
 Each lever run (`--models`, default: every training in `--run`, finished in checkpoints/ or
 unfinished in training_progress/) is set epoch by epoch beside the baseline checkpoint's
@@ -19,12 +19,12 @@ from pathlib import Path
 
 from advjax.io import atomic_write_json, atomic_write_text, environment, read_checkpoint
 from advjax.train import read_fit_history
-from experiments.cifar_robustness import plots
+from experiments import plots
 from experiments.cifar_robustness.config import profile
 from experiments.cifar_robustness.study import progress_path
 from experiments.cli import hold_output_folder, run_command
 
-PROG = "experiments.cifar_robustness.lever_curves"
+PROG = "tools.lever_curves"
 CURVES = {
     "val_pgd_accuracy": "validation PGD-10",
     "train_adv_accuracy": "own PGD-5 training examples fitted",

@@ -10,9 +10,12 @@ import pytest
 from advjax.io import save_checkpoint
 from advjax.model import CompactCNN
 from advjax.train import SentinelConfig, TrainConfig, fit
-from experiments.cifar_robustness import lever_curves
 from tests.train.test_ema import _data
 from tests.train.test_resume import _Stop, _stop_after
+from tools import lever_curves
+
+# A tool's test (tools/) that trains small models: outside the default run.
+pytestmark = pytest.mark.slow
 
 
 def _history(val_pgd, fitted):

@@ -1,6 +1,6 @@
 """Run inside the PyTorch environment: train the peer's reference Net with the study protocol.
 
-Invoked by `experiments.cifar_robustness.peer_protocol_check`; reads the split from an .npz and prints one
+Invoked by `tools.peer_protocol_check`; reads the split from an .npz and prints one
 JSON line per epoch and a final JSON summary. Uses the peer's own `Net` and `augment`.
 """
 

@@ -1,5 +1,5 @@
 """Two models on the same attacked cases, pair by pair:
-`python -m experiments.cifar_robustness.paired --records RUN [--records ...] --pair A B
+`python -m experiments.paired --records RUN [--records ...] --pair A B
 --attack pgd --eps 8/255`.
 
 For each pair, the (A, B) records of one attack at one eps are matched case by case
@@ -20,7 +20,7 @@ from advjax.evaluation import format_rate, group_records, paired_robustness, par
 from advjax.io import atomic_write_json, atomic_write_text, environment, read_records, record_file
 from experiments.cli import hold_output_folder, run_command
 
-PROG = "experiments.cifar_robustness.paired"
+PROG = "experiments.paired"
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -6,7 +6,10 @@ import pytest
 
 from advjax.io import save_checkpoint
 from advjax.model import CompactCNN
-from experiments.cifar_robustness.fit_check import fit_of, parse_args
+from tools.fit_check import fit_of, parse_args
+
+# A tool's test (tools/) that trains small models: outside the default run.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """How well trained models fit their own adversarial training data:
-`python -m experiments.cifar_robustness.fit_check --study results/cifar10/robust_cnn`.
+`python -m tools.fit_check --study results/cifar10/robust_cnn`.
 
 For each model of a study run, clean and PGD accuracy at 8/255 (PGD-10, steps of eps/4, one
 random start: the validation attack of the training loop, `advjax.train.pgd_accuracy`) on
@@ -28,7 +28,7 @@ from advjax.train import pgd_accuracy, subset_indices
 from experiments.cifar_robustness.study import model_train_indices
 from experiments.cli import hold_output_folder, run_command
 
-PROG = "experiments.cifar_robustness.fit_check"
+PROG = "tools.fit_check"
 _TRAIN_STREAM, _VAL_STREAM, _ATTACK_STREAM = 0, 1, 2
 
 

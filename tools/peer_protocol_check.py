@@ -1,6 +1,6 @@
 """Train the PyTorch peer's reference CNN with the study's protocol on the study's split.
 
-`python -m experiments.cifar_robustness.peer_protocol_check [--no-augment] [--with-advjax]`
+`python -m tools.peer_protocol_check [--no-augment] [--with-advjax]`
 
 The reproduced study reports 75.5 % clean accuracy for its standard CNN. This check trains
 the peer's own PyTorch model (`../shared/peers/torch_reference.py`: `Net`, `augment`) with
@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_torch(args, split_path: Path) -> dict:
-    """Run `_torch_protocol.py` in the PyTorch environment; return its summary."""
+    """Run `torch_protocol.py` in the PyTorch environment; return its summary."""
     command = [
         args.torch_python,
-        str(Path(__file__).with_name("_torch_protocol.py")),
+        str(Path(__file__).with_name("torch_protocol.py")),
         "--peer-dir",
         str(Path(args.peer).resolve().parent),
         "--split",
@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
         or ROOT / "results" / "cifar10" / "default" / "peer_protocol_check" / f"{setting}.json"
     )
     result = {
-        "command": "python -m experiments.cifar_robustness.peer_protocol_check "
-        + " ".join(argv or sys.argv[1:]),
+        "command": "python -m tools.peer_protocol_check " + " ".join(argv or sys.argv[1:]),
         "setting": setting,
         "epochs": args.epochs,
         "environment": environment(),
