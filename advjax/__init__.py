@@ -26,12 +26,8 @@ from advjax.attacks import (
     square_linf,
 )
 from advjax.data import Cifar10, DataError, load_cifar10, study_splits
-from advjax.evaluation import (
-    AutoAttackResult,
-    ThreatModel,
-    autoattack,
-    wilson_interval,
-)
+from advjax.evaluation import AutoAttackResult, ThreatModel, autoattack
+from advjax.evaluation.stats import wilson_interval
 from advjax.io import (
     CaseRecord,
     RecordLog,

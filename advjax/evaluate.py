@@ -220,15 +220,10 @@ def evaluate(args, argv) -> int:
 
     from advjax.evaluation import (
         AUTOATTACK,
-        EXIT_CODES,
         Member,
         aggregate_records,
         autoattack_threat_model,
-        check_finite_loss,
-        check_perturbations,
         decide,
-        format_decision,
-        load_policy,
         run_autoattack,
         run_summary,
     )
@@ -241,6 +236,8 @@ def evaluate(args, argv) -> int:
         schedule_members,
     )
     from advjax.evaluation._autoattack_report import cumulative_rows, write_report
+    from advjax.evaluation.checks import check_finite_loss, check_perturbations
+    from advjax.evaluation.gate import EXIT_CODES, format_decision, load_policy
     from advjax.io import (
         Progress,
         RecordLog,

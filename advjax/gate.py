@@ -9,9 +9,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from advjax.evaluation import EXIT_CODES, decide, format_decision, load_policy, read_run_summary
+from advjax.evaluation import decide
 from advjax.evaluation._gate import PolicyError
 from advjax.evaluation._summary import SummaryError
+from advjax.evaluation.gate import EXIT_CODES, format_decision, load_policy
+from advjax.evaluation.summary import read_run_summary
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -44,7 +44,8 @@ def main(argv=None) -> dict:
 
     import jax
 
-    from advjax.evaluation import format_rate, rate, resolve_members
+    from advjax.evaluation.engine import resolve_members
+    from advjax.evaluation.stats import format_rate, rate
     from advjax.io import environment, load_checkpoint
     from advjax.model import eval_logits_fn
     from benchmarks.autoattack_peer import full_budget, run_advjax, run_torch_script, study_images

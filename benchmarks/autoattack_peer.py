@@ -172,7 +172,8 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     p.add_argument("--data-dir", default=None)
     args = p.parse_args(argv)
-    from advjax.evaluation import format_rate, rate, resolve_members
+    from advjax.evaluation.engine import resolve_members
+    from advjax.evaluation.stats import format_rate, rate
     from advjax.io import atomic_write_json, atomic_write_text, environment, load_checkpoint
     from advjax.model import eval_logits_fn
 

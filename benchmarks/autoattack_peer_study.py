@@ -154,7 +154,7 @@ def main(argv=None) -> dict:
 def compare(args: argparse.Namespace, argv, study_dir: Path, folder: Path) -> dict:
     """Attack (or take from the benchmark) every model not yet in the peer file; the file."""
     from advjax.data import load_cifar10
-    from advjax.evaluation import format_rate, rate
+    from advjax.evaluation.stats import format_rate, rate
     from advjax.io import atomic_write_json, read_records, record_file
     from advjax.train import to_float
 

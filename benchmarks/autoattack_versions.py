@@ -29,7 +29,7 @@ DEFAULT_STUDY = REPO / "results" / "cifar10" / "research"
 
 
 def advjax_row(result, seconds, by_stage, n) -> dict:
-    from advjax.evaluation import format_rate, rate
+    from advjax.evaluation.stats import format_rate, rate
 
     robust = int(result.robust.sum())
     forward = sum(p["forward"] for p in result.passes)
@@ -129,7 +129,7 @@ def main(argv=None) -> dict:
 
     import jax
 
-    from advjax.evaluation import format_rate, rate
+    from advjax.evaluation.stats import format_rate, rate
     from advjax.io import environment, load_checkpoint
     from advjax.model import eval_logits_fn
     from benchmarks.autoattack_peer import run_advjax, run_torch_script, study_images

@@ -22,7 +22,8 @@ import numpy as np
 
 from advjax import backend
 from advjax.data import load_cifar10
-from advjax.evaluation import AttackSpec, ThreatModel, format_rate, parse_eps, rate, run_attack
+from advjax.evaluation import AttackSpec, ThreatModel, parse_eps, run_attack
+from advjax.evaluation.stats import format_rate, rate
 from advjax.io import RecordLog, load_logits_fn
 from advjax.train import to_float
 from benchmarks.machine import describe_machine, maxrss_mib

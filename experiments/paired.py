@@ -3,7 +3,7 @@
 --attack pgd --eps 8/255`.
 
 For each pair, the (A, B) records of one attack at one eps are matched case by case
-(`advjax.evaluation.paired_robustness`): robust accuracy of each, the cases only A holds and
+(`advjax.evaluation.stats.paired_robustness`): robust accuracy of each, the cases only A holds and
 only B holds, and the exact McNemar p-value of that split. Records are read from each
 --records (a run folder or a record file; strong evaluations keep theirs in
 <run>/strong_evaluation/), so models attacked in different runs on the same images pair up.
@@ -16,7 +16,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from advjax.evaluation import format_rate, group_records, paired_robustness, parse_eps
+from advjax.evaluation import group_records, parse_eps
+from advjax.evaluation.stats import format_rate, paired_robustness
 from advjax.io import atomic_write_json, atomic_write_text, environment, read_records, record_file
 from experiments.cli import hold_output_folder, run_command
 

@@ -19,7 +19,11 @@ PACKAGES = [
     "advjax.backend",
     "advjax.data",
     "advjax.evaluation",
+    "advjax.evaluation.checks",
     "advjax.evaluation.engine",
+    "advjax.evaluation.gate",
+    "advjax.evaluation.stats",
+    "advjax.evaluation.summary",
     "advjax.io",
     "advjax.model",
     "advjax.train",
@@ -185,3 +189,13 @@ def test_text_subpackages_export_objects():
 
     assert "ValidityRule" in advjax.text.__all__
     assert "TextCaseRecord" in advjax.text.__all__
+
+
+def test_the_evaluation_page_stays_short():
+    """`advjax.evaluation` is what a newcomer reads first: at most 25 names; the rest lives in
+    its topic subpackages."""
+    import advjax.evaluation
+
+    assert len(advjax.evaluation.__all__) <= 25
+    for topic in ("checks", "engine", "gate", "stats", "summary"):
+        assert importlib.import_module(f"advjax.evaluation.{topic}").__all__

@@ -22,7 +22,8 @@ import jax
 
 from advjax import backend
 from advjax.data import load_cifar10, study_splits
-from advjax.evaluation import format_rate, parse_eps, rate
+from advjax.evaluation import parse_eps
+from advjax.evaluation.stats import format_rate, rate
 from advjax.io import atomic_write_json, environment, load_checkpoint
 from advjax.train import pgd_accuracy, subset_indices
 from experiments.cifar_robustness.study import model_train_indices

@@ -1,7 +1,7 @@
 """Every aggregate number of a run, computed from its per-case records alone.
 
 Pure: takes `advjax.evaluation.CaseRecord`s, returns JSON-ready dicts; every rate is an
-`advjax.evaluation.rate` (value, count, total and Wilson 95 % interval).
+`advjax.evaluation.stats.rate` (value, count, total and Wilson 95 % interval).
 
 How cases are counted, per (model, attack, eps) group of n records:
 
@@ -13,7 +13,7 @@ How cases are counted, per (model, attack, eps) group of n records:
 - robust accuracy = (failed + budget_exhausted) / (n - invalid): correct on the clean
   input and still correct on a valid adversarial input; clean-wrong cases stay in the
   denominator as not robust (as AutoAttack counts). With no invalid case this is exactly
-  `advjax.evaluation.attack_summary`'s robust accuracy;
+  `advjax.evaluation.stats.attack_summary`'s robust accuracy;
 - attack success rate = success / (success + failed + budget_exhausted): the share of
   initially-correct, validly attacked cases that the attack broke;
 - budget curves: robust accuracy after k = 0..K steps of the first restart counts a case

@@ -245,7 +245,7 @@ def decide(policy: dict, run: dict, baseline: dict | None = None) -> Decision:
 
     Args:
       policy: `parse_policy` output.
-      run, baseline: validated run summaries (`advjax.evaluation.read_run_summary`).
+      run, baseline: validated run summaries (`advjax.evaluation.summary.read_run_summary`).
 
     Returns:
       A `Decision` with one `Reason` per rule and gated model / operating point.

@@ -9,14 +9,14 @@ follows from numbers that were themselves computed from the records. Schema
       "threat_model": {...},              # advjax.evaluation.ThreatModel.to_dict()
       "threat_model_hash": "16 hex",      # its digest(); every aggregate repeats it
       "models": {"<model>": {"clean_accuracy": rate}},
-      "aggregates": [group, ...],         # advjax.evaluation.summarise_group() dicts
+      "aggregates": [group, ...],         # advjax.evaluation.stats.summarise_group() dicts
       "checks": [{"name": str, "passed": bool, "evidence": str}, ...],
       "sanity_passed": bool,              # every check passed (and there is at least one)
       "extra": {...}                      # free-form provenance (command, git revision, ...)
     }
 
 where a rate is {"value": float, "count": int, "total": int, "ci95": [low, high]}
-(`advjax.evaluation.rate`; value is NaN when total is 0).
+(`advjax.evaluation.stats.rate`; value is NaN when total is 0).
 """
 
 import json

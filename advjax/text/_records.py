@@ -279,7 +279,7 @@ def summarise(records: Sequence[TextCaseRecord]) -> dict:
 
 
 def gate_group(records: Sequence[TextCaseRecord], *, attack: str, threat_model_hash: str) -> dict:
-    """A group summary in `advjax.evaluation.summarise_group`'s schema, for `advjax.gate`.
+    """A group summary in `advjax.evaluation.stats.summarise_group`'s schema, for `advjax.gate`.
 
     eps is the group's maximum share of changed words; `attack` names the operating point
     (e.g. "textfooler@q500").

@@ -30,14 +30,13 @@ from advjax.evaluation import (
     Check,
     ThreatModel,
     aggregate_records,
-    check_finite_loss,
-    check_perturbations,
     find_group,
     format_eps,
-    format_rate,
     run_attack,
     run_summary,
 )
+from advjax.evaluation.checks import check_finite_loss, check_perturbations
+from advjax.evaluation.stats import format_rate
 from advjax.io import (
     RecordLog,
     atomic_write_json,

@@ -23,15 +23,14 @@ from advjax.evaluation import (
     aggregate_records,
     decide,
     find_group,
-    format_decision,
     format_eps,
-    load_policy,
     run_attack,
     run_checks,
     run_summary,
-    zero_gradient_fraction,
 )
 from advjax.evaluation import _metrics as metrics
+from advjax.evaluation.checks import zero_gradient_fraction
+from advjax.evaluation.gate import format_decision, load_policy
 from advjax.io import (
     CaseRecord,
     RecordLog,

@@ -11,7 +11,7 @@ import base64
 import html
 from pathlib import Path
 
-from advjax.evaluation import format_rate
+from advjax.evaluation.stats import format_rate
 from advjax.io import atomic_write_text
 from experiments.cifar_robustness.tradeoff import ensemble_rate, strong_name
 

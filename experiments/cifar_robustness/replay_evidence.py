@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax.attacks import per_example_margin
-from advjax.evaluation import Check, attack_group, format_eps
-from advjax.evaluation.engine import ListLog, make_program
+from advjax.evaluation import Check, format_eps
+from advjax.evaluation.engine import ListLog, attack_group, make_program
 
 
 def replay_examples(records: dict, *, threat_model, spec, model, mhash, logits_fn, x, y, ids, eps):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from advjax.evaluation import format_rate
+from advjax.evaluation.stats import format_rate
 from advjax.io import atomic_write_text
 from experiments.cifar_robustness.figures import figures
 from experiments.cifar_robustness.html_report import write_html_report

@@ -29,16 +29,14 @@ from advjax.evaluation import (
     Member,
     aggregate_records,
     autoattack_threat_model,
-    check_finite_loss,
-    check_perturbations,
     find_group,
     format_eps,
-    format_rate,
     parse_eps,
-    rate,
     run_autoattack,
     run_summary,
 )
+from advjax.evaluation.checks import check_finite_loss, check_perturbations
+from advjax.evaluation.stats import format_rate, rate
 from advjax.io import (
     RecordLog,
     atomic_write_json,

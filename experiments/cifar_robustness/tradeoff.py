@@ -9,7 +9,8 @@ PGD-20 overstated robustness, with counts and Wilson intervals, as a table and a
 import json
 from pathlib import Path
 
-from advjax.evaluation import AUTOATTACK, find_group, format_rate
+from advjax.evaluation import AUTOATTACK, find_group
+from advjax.evaluation.stats import format_rate
 from experiments import plots
 
 STRONG_SUMMARY = Path("strong_evaluation") / "summary.json"

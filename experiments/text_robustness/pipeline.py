@@ -13,7 +13,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from advjax.evaluation import rate
+from advjax.evaluation.stats import rate
 from advjax.io import Progress
 from advjax.text import TextCaseRecord, ValidityRule, check_validity, make_record
 from advjax.text.classify import (

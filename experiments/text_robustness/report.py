@@ -4,7 +4,8 @@ all computed from the per-case records (and their traces) alone.
 
 from collections.abc import Callable, Sequence
 
-from advjax.evaluation import Check, ThreatModel, format_rate, run_summary
+from advjax.evaluation import Check, ThreatModel, run_summary
+from advjax.evaluation.stats import format_rate
 from advjax.text import TextCaseRecord, derive_record, gate_group, summarise
 
 

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import numpy as np
 
-from advjax.evaluation import decide, format_decision, format_rate, load_policy, rate
+from advjax.evaluation import decide
+from advjax.evaluation.gate import format_decision, load_policy
+from advjax.evaluation.stats import format_rate, rate
 from advjax.io import atomic_write_json, atomic_write_lines, atomic_write_text, environment
 from advjax.text import ValidityRule
 from advjax.text.classify import predict_logits

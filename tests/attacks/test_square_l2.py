@@ -18,7 +18,8 @@ from conftest import make_linear_batch, make_linear_logits_fn
 import advjax
 from advjax.attacks import SquareResult, p_schedule, per_example_margin, square_l2
 from advjax.attacks._square_l2 import eta, square_sides_l2
-from advjax.evaluation import Member, autoattack, resolve_members
+from advjax.evaluation import Member, autoattack
+from advjax.evaluation.engine import resolve_members
 
 EPS = 1.0
 TOL = 1e-5

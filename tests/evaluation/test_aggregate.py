@@ -11,13 +11,12 @@ from advjax.attacks import pgd_search
 from advjax.evaluation import (
     ThreatModel,
     aggregate_records,
-    budget_curves,
     find_group,
     group_records,
-    per_class,
     records_from_arrays,
 )
 from advjax.evaluation import _metrics as metrics
+from advjax.evaluation.stats import budget_curves, per_class
 from advjax.io import (
     CaseRecord,
 )
@@ -82,7 +81,7 @@ def test_counts_invalid_out_of_robust_and_success_denominators():
 
 
 def test_without_invalid_cases_robust_accuracy_matches_metrics_attack_summary():
-    """With no invalid case the counts are exactly advjax.evaluation.attack_summary's."""
+    """With no invalid case the counts are exactly advjax.evaluation.stats.attack_summary's."""
     records = [r for r in mixed_records() if r.status != "invalid"]
     (group,) = aggregate_records(records)
     summary = metrics.attack_summary(

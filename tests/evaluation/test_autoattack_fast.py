@@ -70,7 +70,7 @@ def test_the_probe_misses_a_masking_rate_with_at_most_the_stated_probability():
 
 
 def test_the_fast_version_has_no_single_member_list():
-    from advjax.evaluation import resolve_members
+    from advjax.evaluation.engine import resolve_members
 
     with pytest.raises(ValueError, match="version='fast' has no single member list"):
         resolve_members("fast", None, "linf")

@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from advjax.evaluation import AUTOATTACK, autoattack, member_hash, run_autoattack
+from advjax.evaluation import AUTOATTACK, autoattack, run_autoattack
 from advjax.evaluation._autoattack_records import member_passes
+from advjax.evaluation.engine import member_hash
 from advjax.io import RecordLog
 from tests.evaluation.test_autoattack import EPS, STANDARD, _cases, _members, _mlp
 

@@ -11,17 +11,8 @@ import pytest
 from conftest import case_record
 
 from advjax import evaluation, gate
-from advjax.evaluation import (
-    SCHEMA,
-    Check,
-    SummaryError,
-    ThreatModel,
-    aggregate_records,
-    read_run_summary,
-    run_checks,
-    run_summary,
-    write_run_summary,
-)
+from advjax.evaluation import Check, ThreatModel, aggregate_records, run_checks, run_summary
+from advjax.evaluation.summary import SCHEMA, SummaryError, read_run_summary, write_run_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 TM = ThreatModel(eps=(0.0, 8 / 255, 64 / 255), steps=10, restarts=1)
@@ -197,11 +188,11 @@ def test_clean_regression_without_baseline_holds(files):
     """A policy that bounds clean regression cannot allow without a baseline to compare to."""
     _, run, _ = files
     decision = evaluation.decide(
-        evaluation.parse_policy({"max_clean_regression": 0.02}), read_run_summary(run)
+        evaluation.gate.parse_policy({"max_clean_regression": 0.02}), read_run_summary(run)
     )
     assert not decision.allow
     assert decision.reasons == [
-        evaluation.Reason("max_clean_regression", False, "robust: no --baseline given")
+        evaluation.gate.Reason("max_clean_regression", False, "robust: no --baseline given")
     ]
 
 
@@ -211,7 +202,7 @@ def test_missing_model_eps_or_checks_hold(files):
     _, run, _ = files
     loaded = read_run_summary(run)
     decision = evaluation.decide(
-        evaluation.parse_policy(
+        evaluation.gate.parse_policy(
             {"models": ["robust", "other"], "robust_accuracy_lower_bound": {"pgd": {"4/255": 0.1}}}
         ),
         loaded,
@@ -222,7 +213,7 @@ def test_missing_model_eps_or_checks_hold(files):
         "robust pgd eps 4/255: not evaluated",
     }
     no_checks = run_summary(loaded["aggregates"], [], TM)
-    decision = evaluation.decide(evaluation.parse_policy({"require_sanity": True}), no_checks)
+    decision = evaluation.decide(evaluation.gate.parse_policy({"require_sanity": True}), no_checks)
     assert not decision.allow and "no sanity check" in decision.reasons[0].detail
 
 
@@ -274,10 +265,12 @@ def test_rollback_without_the_baseline_model_rolls_back_and_a_malformed_rule_is_
 ):
     """A rollback rule whose baseline model is not in the run decides ROLLBACK (the release
     cannot be shown no worse than what it replaces), naming the missing model."""
-    run = evaluation.read_run_summary(summary(tmp_path / "run.json", clean=160, robust_8=80))
-    decision = evaluation.decide(evaluation.parse_policy(ROLLBACK), run)
+    run = evaluation.summary.read_run_summary(
+        summary(tmp_path / "run.json", clean=160, robust_8=80)
+    )
+    decision = evaluation.decide(evaluation.gate.parse_policy(ROLLBACK), run)
     assert decision.verdict == "ROLLBACK" and "not in the run" in decision.reasons[0].detail
-    with pytest.raises(evaluation.PolicyError, match="baseline_model"):
-        evaluation.parse_policy({"rollback_below": {"robust": {"pgd": ["8/255"]}}})
-    with pytest.raises(evaluation.PolicyError, match="compares nothing"):
-        evaluation.parse_policy({"rollback_below": {"baseline_model": "b", "clean": False}})
+    with pytest.raises(evaluation.gate.PolicyError, match="baseline_model"):
+        evaluation.gate.parse_policy({"rollback_below": {"robust": {"pgd": ["8/255"]}}})
+    with pytest.raises(evaluation.gate.PolicyError, match="compares nothing"):
+        evaluation.gate.parse_policy({"rollback_below": {"baseline_model": "b", "clean": False}})

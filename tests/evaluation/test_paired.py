@@ -6,7 +6,7 @@ import pytest
 from conftest import case_record
 from scipy import stats
 
-from advjax.evaluation import mcnemar_exact, paired_robustness
+from advjax.evaluation.stats import mcnemar_exact, paired_robustness
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 from conftest import case_record
 
-from advjax.evaluation import (
-    Check,
-    aggregate_records,
+from advjax.evaluation import Check, aggregate_records, run_checks
+from advjax.evaluation.checks import (
     check_eps_zero,
     check_finite_loss,
     check_large_eps,
@@ -17,7 +16,6 @@ from advjax.evaluation import (
     check_pgd_not_weaker_than_fgsm,
     check_transfer_not_stronger,
     check_zero_gradients,
-    run_checks,
     zero_gradient_fraction,
 )
 

@@ -11,7 +11,8 @@ import pytest
 from conftest import case_record
 
 from advjax import gate
-from advjax.evaluation import ThreatModel, aggregate_records, find_group, read_run_summary
+from advjax.evaluation import ThreatModel, aggregate_records, find_group
+from advjax.evaluation.summary import read_run_summary
 from advjax.io import RecordLog, read_records, record_file, save_checkpoint
 from advjax.model import CompactCNN
 from experiments.cifar_robustness import attack_variants, replay, strong_evaluation
@@ -468,7 +469,7 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
     by the new fields."""
     import dataclasses
 
-    from advjax.evaluation import load_policy
+    from advjax.evaluation.gate import load_policy
     from experiments.cifar_robustness import study
     from experiments.cifar_robustness.config import PROFILE_POLICIES
     from experiments.cifar_robustness.model_specs import (
@@ -521,7 +522,7 @@ def test_each_regularisation_probe_is_the_short_recipe_with_one_setting_less_reg
     baseline and every probe; the existing models' digests do not move with the new fields."""
     import dataclasses
 
-    from advjax.evaluation import load_policy
+    from advjax.evaluation.gate import load_policy
     from experiments.cifar_robustness import study
     from experiments.cifar_robustness.model_specs import CAPACITY_SHORT, REGULARISATION_PROBES
 
@@ -567,7 +568,7 @@ def test_each_full_length_lever_is_the_from_scratch_recipe_with_one_probe_settin
     the averaged baseline; the models already trained keep their digests."""
     import dataclasses
 
-    from advjax.evaluation import load_policy
+    from advjax.evaluation.gate import load_policy
     from experiments.cifar_robustness import study
     from experiments.cifar_robustness.model_specs import (
         CAPACITY_SHORT,

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from advjax.evaluation import read_run_summary
+from advjax.evaluation.summary import read_run_summary
 from advjax.gate import main as gate_main
 from advjax.io import read_lines
 from advjax.text import TextCaseRecord
