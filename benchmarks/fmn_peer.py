@@ -224,8 +224,9 @@ def markdown(r: dict) -> str:
     lines += [
         "",
         f"Model passes per case: advjax {ours['forward']} forward and {ours['backward']} backward "
-        "(the last three forward passes and one backward pass confirm the point it returns with "
-        f"a margin), Foolbox {peer['forward']} and {peer['backward']}. A case counts as found where "
+        f"(the last {ours['forward'] - r['steps']} forward passes and "
+        f"{ours['backward'] - r['steps']} backward pass confirm the point it returns with a margin, "
+        f"its push bisected), Foolbox {peer['forward']} and {peer['backward']}. A case counts as found where "
         'one jitted forward pass misclassifies the returned point; "cases no larger" counts, '
         "among the cases both found, those where the library's perturbation is at most the "
         f"other's (relative tolerance {TIE:g}: advjax's confirming margin costs a boundary point "
