@@ -213,6 +213,12 @@ PROFILE_POLICIES = {"research": "research_policy.json", "robust_cnn": "robust_cn
 
 _ONE_EPS = ("eps_list=0,8/255", "budget_eps=8/255", "budget_restarts=1")
 
+PHASES = ("strong_evaluation", "attack_variants")
+"""Phases a profile or group may run after its campaign, each into its own subfolder of the
+run as its own command would (`python -m experiments.cifar_robustness.<phase> --study RUN`):
+AutoAttack's standard version at 8/255, and the margin-loss, targeted and L2 attacks. A
+phase is (name, *that command's further arguments)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Group:
@@ -228,12 +234,12 @@ class Group:
     reuse_from: str | None = None
     phases: tuple[tuple[str, ...], ...] = ()
 
+    def __post_init__(self):
+        unknown = [phase[0] for phase in self.phases if phase[0] not in PHASES]
+        if unknown:
+            raise ValueError(f"phases {unknown}: expected among {PHASES}")
 
-PHASES = ("strong_evaluation", "attack_variants")
-"""Phases a profile or group may run after its campaign, each into its own subfolder of the
-run as its own command would (`python -m experiments.cifar_robustness.<phase> --study RUN`):
-AutoAttack's standard version at 8/255, and the margin-loss, targeted and L2 attacks. A
-phase is (name, *that command's further arguments)."""
+
 _STRONG = ("strong_evaluation",)
 PROFILE_PHASES = {"research": (_STRONG, ("attack_variants",))}
 """The phases of a profile without groups, where it has any."""

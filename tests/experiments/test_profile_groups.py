@@ -114,3 +114,10 @@ def test_phases_run_as_their_commands_on_the_run_each_holding_its_subfolder(tmp_
         tmp_path / "attack_variants" / "linf" / "records.jsonl.gz",
         tmp_path / "attack_variants" / "l2" / "records.jsonl.gz",
     ]
+
+
+def test_a_group_with_an_unknown_phase_is_refused():
+    from experiments.cifar_robustness.config import Group
+
+    with pytest.raises(ValueError, match=r"phases \['strong_eval'\]: expected among"):
+        Group(("standard",), "results/x", "release_policy.json", phases=(("strong_eval",),))
