@@ -208,8 +208,9 @@ PROFILE_OUTPUTS = {
     "reference": "results/cifar10/default",
 }
 """Each profile's output folder when --out is not given (quick: a new temporary folder)."""
-PROFILE_POLICIES = {"research": "research_policy.json", "robust_cnn": "robust_cnn_policy.json"}
-"""A profile's release policy beside this file, where it is not `release_policy.json`."""
+PROFILE_POLICIES = {"research": "research_policy.json"}
+"""A profile's release policy beside this file, where it is not `release_policy.json` (a
+profile with groups takes its group's)."""
 
 _ONE_EPS = ("eps_list=0,8/255", "budget_eps=8/255", "budget_restarts=1")
 

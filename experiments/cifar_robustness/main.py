@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.dry_run and not args.repair_records:
         return dry_run(config)
     chosen = group(args.profile, args.group)
+    chosen_phases = phases(args.profile, args.group)
     out = (
         args.out
         or (chosen and chosen.out)
@@ -129,29 +130,34 @@ def main(argv: list[str] | None = None) -> dict:
     )
     return hold_output_folder(
         out,
-        lambda: study(config, args, out, command),
-        records=[record_file(out), *phase_records(phases(args.profile, args.group), out)],
+        lambda: study(config, args, out, command, chosen, chosen_phases),
+        records=[record_file(out), *phase_records(chosen_phases, out)],
         repair=args.repair_records,
     )
 
 
 PHASE_COMMANDS = {
-    "strong_evaluation": (strong_evaluation, strong_evaluation.evaluate),
-    "attack_variants": (attack_variants, attack_variants.run_variants),
+    "strong_evaluation": (strong_evaluation, strong_evaluation.evaluate, ("",)),
+    "attack_variants": (attack_variants, attack_variants.run_variants, attack_variants.PARTS),
 }
+"""Each phase's command module, its work function and the parts of its folder that hold
+records."""
 
 
 def phase_records(chosen, out) -> list[Path]:
     """The record files of the phases `chosen` in run `out`."""
-    parts = {"strong_evaluation": ("",), "attack_variants": attack_variants.PARTS}
-    return [record_file(Path(out) / name / part) for name, *_ in chosen for part in parts[name]]
+    return [
+        record_file(Path(out) / name / part)
+        for name, *_ in chosen
+        for part in PHASE_COMMANDS[name][2]
+    ]
 
 
 def run_phases(chosen, out, args: argparse.Namespace) -> None:
     """Each phase after the campaign, as its own command runs on `out` (and resumes the same
     way), holding its subfolder as that command would."""
     for name, *extra in chosen:
-        module, work = PHASE_COMMANDS[name]
+        module, work, _ = PHASE_COMMANDS[name]
         argv = ["--study", str(out), *extra]
         argv += ["--data-dir", args.data_dir] if args.data_dir else []
         argv += ["--no-progress"] if args.no_progress else []
@@ -160,15 +166,17 @@ def run_phases(chosen, out, args: argparse.Namespace) -> None:
         hold_output_folder(folder, lambda: work(module.parse_args(argv), folder, argv))
 
 
-def study(config, args: argparse.Namespace, out: str, command: str) -> dict:
-    """Run (or resume) the study into `out` and write its report; the lock is held."""
+def study(config, args: argparse.Namespace, out: str, command: str, chosen, chosen_phases) -> dict:
+    """Run (or resume) the study into `out`, with its group `chosen` (or None) and the phases
+    `chosen_phases`, and write its report; the lock is held."""
     print(f"advjax CIFAR-10 robustness study, profile {config.profile}, output {out}")
-    chosen = group(args.profile, args.group)
-    reuse_from = args.reuse_from or (chosen and not args.force and chosen.reuse_from)
-    if reuse_from and (args.reuse_from or (Path(reuse_from) / "checkpoints").is_dir()):
-        reuse_run(config, Path(reuse_from), Path(out))
-    elif reuse_from:
-        print(f"[reuse] {reuse_from} holds no run yet; every model is trained here")
+    if args.reuse_from:
+        reuse_run(config, Path(args.reuse_from), Path(out))
+    elif chosen and chosen.reuse_from and not args.force:
+        if (Path(chosen.reuse_from) / "checkpoints").is_dir():
+            reuse_run(config, Path(chosen.reuse_from), Path(out))
+        else:
+            print(f"[reuse] {chosen.reuse_from} holds no run yet; every model is trained here")
     if args.train_only:
         data, splits = load_study_data(config, args.data_dir)
         checkpoints = train_models(config, data, splits, Path(out), surrogate=args.models is None,
@@ -176,7 +184,6 @@ def study(config, args: argparse.Namespace, out: str, command: str) -> dict:
         for name, path in checkpoints.items():
             print(f"{name}: {path}")
         return {"checkpoints": {k: str(v) for k, v in checkpoints.items()}}
-    chosen_phases = phases(args.profile, args.group)
     if args.force:
         for name, *_ in chosen_phases:
             shutil.rmtree(Path(out) / name, ignore_errors=True)

@@ -471,7 +471,7 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
 
     from advjax.evaluation.gate import load_policy
     from experiments.cifar_robustness import study
-    from experiments.cifar_robustness.config import PROFILE_POLICIES
+    from experiments.cifar_robustness.config import PROFILE_GROUPS
     from experiments.cifar_robustness.model_specs import (
         CAPACITY_SHORT,
         CAPACITY_SHORT_WIDE,
@@ -506,7 +506,8 @@ def test_the_robust_cnn_candidates_differ_from_each_other_in_one_setting_each():
     assert trained["pgd_silu_scratch_ema"].ema_decay == 0.999
     assert trained["pgd_silu_scratch_wide"].width == 2
     assert len({config.model_digest(m) for m in config.models}) == 13
-    policy, _ = load_policy(Path(study.__file__).parent / PROFILE_POLICIES["robust_cnn"])
+    finalists = PROFILE_GROUPS["robust_cnn"]["finalists"]
+    policy, _ = load_policy(Path(study.__file__).parent / finalists.policy)
     names = {m.name for m in config.models}
     assert set(policy["models"]) <= names and policy["rollback_below"]["baseline_model"] in names
     capacity, _ = load_policy(Path(study.__file__).parent / "capacity_policy.json")

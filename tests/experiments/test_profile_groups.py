@@ -101,7 +101,8 @@ def test_phases_run_as_their_commands_on_the_run_each_holding_its_subfolder(tmp_
         calls.append((args.study, args.models, args.no_progress, folder, argv, lock.exists()))
 
     fake = types.SimpleNamespace(PROG="fake", parse_args=strong_evaluation.parse_args)
-    monkeypatch.setattr(main, "PHASE_COMMANDS", {"strong_evaluation": (fake, work)})
+    table = {**main.PHASE_COMMANDS, "strong_evaluation": (fake, work, ("",))}
+    monkeypatch.setattr(main, "PHASE_COMMANDS", table)
     args = main.parse_args(["--profile", "robust_cnn", "--group", "levers", "--no-progress"])
     main.run_phases(phases("robust_cnn", "levers"), tmp_path, args)
     [(study, models, quiet, folder, argv, locked)] = calls
