@@ -298,7 +298,7 @@ def evaluate(args, argv) -> int:
     finished = False
     try:
         run_autoattack(
-            log, logits_fn, x, y, args.eps, seed=args.seed, model=name, model_hash=digest,
+            log, logits_fn, x, y, args.eps, key=jax.random.key(args.seed), model=name, model_hash=digest,
             case_ids=index, norm=args.norm, version=args.version, members=custom,
             batch_size=args.batch_size,
             on_run=on_run, on_batch=None if args.no_progress else on_batch,

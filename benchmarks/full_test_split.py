@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from advjax import backend
@@ -79,7 +80,7 @@ def main(argv=None) -> dict:
         x=x,
         y=y,
         case_ids=np.arange(n),
-        seed=0,
+        key=jax.random.key(0),
         stream="full_test_split",
         show_progress=not args.no_progress,
     )

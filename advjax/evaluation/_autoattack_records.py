@@ -37,6 +37,7 @@ from advjax.evaluation._autoattack_fast import (
 )
 from advjax.evaluation._autoattack_stages import attack_members
 from advjax.evaluation._campaign import check_record_hashes
+from advjax.evaluation._keys import key_root, root_key
 from advjax.evaluation._threat_model import ThreatModel
 from advjax.io._case_record import ROBUST_STATUSES, CaseRecord, classify_status
 from advjax.io._record_log import RecordLog
@@ -116,7 +117,7 @@ def run_autoattack(
     y,
     eps: float,
     *,
-    seed: int,
+    key: jax.Array,
     model: str,
     model_hash: str,
     case_ids=None,
@@ -130,8 +131,9 @@ def run_autoattack(
 ) -> list[CaseRecord]:
     """AutoAttack every case not already decided in `log`; return the derived records.
 
-    Case i (position i of x) draws from fold_in(jax.random.key(seed), i), as `autoattack`
-    does, so a resumed run equals an uninterrupted one. `on_run` and `on_batch` report
+    Case i (position i of x) draws from fold_in(key, i), as `autoattack` does, so a resumed
+    run equals an uninterrupted one; each record's key path starts with the key as one
+    integer (`key_root`: the seed of `jax.random.key(seed)`). `on_run` and `on_batch` report
     progress after each run and each batch (see `attack_members`).
 
     Raises:
@@ -158,16 +160,17 @@ def run_autoattack(
         attack_hashes=attack_hashes,
         threat_model_hash=tm.digest(),
     )
-    key = jax.random.key(seed)
+    root = key_root(key)
+    key = root_key(root)
     clean = clean_predictions(logits_fn, x, key, batch_size, random_model)
     first = members[0]
     wrong = [
         i for i in np.flatnonzero(clean != y) if (model, first.name, eps, int(ids[i])) not in log
     ]
     log.append([_record(first, i, ids, y, clean, x[i], x[i], 0.0, 0, -1, eps, tm, norm,
-                        seed, model, model_hash, adv_pred=int(clean[i])) for i in wrong])  # fmt: skip
+                        root, model, model_hash, adv_pred=int(clean[i])) for i in wrong])  # fmt: skip
     common = dict(log=log, logits_fn=logits_fn, x=x, y=y, eps=eps, key=key, ids=ids,
-                  clean=clean, tm=tm, norm=norm, seed=seed, model=model, model_hash=model_hash,
+                  clean=clean, tm=tm, norm=norm, root=root, model=model, model_hash=model_hash,
                   batch_size=batch_size, random_model=random_model, mesh=mesh, on_run=on_run,
                   on_batch=on_batch)  # fmt: skip
     attacked = np.flatnonzero(clean == y)
@@ -194,7 +197,7 @@ def run_autoattack(
 
 
 def _run_phase(members, names, positions, *, log, logits_fn, x, y, eps, key, ids, clean, tm,
-               norm, seed, model, model_hash, batch_size, random_model, mesh, on_run, on_batch):  # fmt: skip
+               norm, root, model, model_hash, batch_size, random_model, mesh, on_run, on_batch):  # fmt: skip
     """`members` on the cases at `positions`, each from the first member its records (named
     `names`) still lack; every member's final outcome for a case appended as it comes."""
     if not len(positions):
@@ -209,7 +212,7 @@ def _run_phase(members, names, positions, *, log, logits_fn, x, y, eps, key, ids
                 continue
             records.append(_record(
                 members[d.stage], i, ids, y, clean, x[i], d.stage_x[p], float(d.stage_loss[p]),
-                int(d.queries[p]), d.run, eps, tm, norm, seed, model, model_hash,
+                int(d.queries[p]), d.run, eps, tm, norm, root, model, model_hash,
                 adv_pred=int(d.adv_pred[p]), attack=names[d.stage],
             ))  # fmt: skip
         log.append(records)
@@ -247,7 +250,7 @@ def fast_outcome(records, *, model: str, eps: float, key, ids, failed) -> dict:
     }  # fmt: skip
 
 
-def _record(member, i, ids, y, clean, x, x_adv, loss, queries, run, eps, tm, norm, seed,
+def _record(member, i, ids, y, clean, x, x_adv, loss, queries, run, eps, tm, norm, root,
             model, model_hash, *, adv_pred, attack=None) -> CaseRecord:  # fmt: skip
     linf = float(perturbation_sizes(x[None], x_adv[None], "linf")[0])
     l2 = float(perturbation_sizes(x[None], x_adv[None], "l2")[0])
@@ -275,7 +278,7 @@ def _record(member, i, ids, y, clean, x, x_adv, loss, queries, run, eps, tm, nor
         attack_config_hash=member_hash(member, norm),
         threat_model_hash=tm.digest(),
         eps=float(eps),
-        key_path=(int(seed), i, member.stream),
+        key_path=(root, i, member.stream),
     )
 
 

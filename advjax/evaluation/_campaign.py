@@ -6,7 +6,8 @@ An evaluation campaign is a declared `ThreatModel`, one or more models and a lis
 run resumes where it stopped and every aggregate is computed from the records alone.
 
 Randomness: case `i` of a group (model, attack, eps) uses the key named by the path
-`[seed, stream, model, attack, eps, i]` (`advjax.evaluation.engine.key_from_path`); restart `r` of that case uses
+`[root, stream, model, attack, eps, i]` (`advjax.evaluation.engine.key_from_path`; the root
+is the run's key as one integer, the seed of `jax.random.key(seed)`); restart `r` of that case uses
 `fold_in(case key, r)`. Restarts run one after another over the cases still unbroken
 (a broken case is final: the earliest breaking restart decides it), in batches padded
 to a fixed `batch_size`, and within a restart broken cases stop between chunks of steps
@@ -17,11 +18,12 @@ the batch, so `replay_record` re-runs any one record alone and gets the same rec
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+import jax
 import numpy as np
 
 from advjax.evaluation._attack_spec import METHODS, AttackSpec, check_within_threat_model
 from advjax.evaluation._early_stop import Outcome, Program, attack_cases, make_program
-from advjax.evaluation._keys import case_keys, key_from_path
+from advjax.evaluation._keys import case_keys, key_from_path, key_root
 from advjax.evaluation._scoring import records_from_arrays
 from advjax.evaluation._threat_model import ThreatModel, format_eps, require_threat_model
 from advjax.io._case_record import CaseRecord
@@ -54,7 +56,7 @@ def run_attack(
     x: np.ndarray,
     y: np.ndarray,
     case_ids: Sequence[int],
-    seed: int,
+    key: jax.Array,
     stream: str = "attack",
     source_fn: LogitsFn | None = None,
     source_hash: str | None = None,
@@ -68,10 +70,11 @@ def run_attack(
       threat_model: declared before the run; the spec must fit inside it.
       spec, model, model_hash, logits_fn: the attack and the evaluated model.
       x, y, case_ids: the evaluation cases (pixels in [0, 1], labels, stable ids).
-      seed: the run's seed, the first element of every case's key path (stored in its
-        record), as in `run_autoattack`.
+      key: the run's key (`jax.random.key(seed)`); the first element of every case's key
+        path (stored in its record) is the key as one integer (`key_root`: the seed), as
+        in `run_autoattack`.
       stream: the second element, which keeps this run's keys apart from another run's
-        under the same seed (the study's attacks use "attack", its attack variants
+        under the same key (the study's attacks use "attack", its attack variants
         "attack_variants").
       source_fn, source_hash: the surrogate of a transfer attack (spec.source set).
 
@@ -82,6 +85,7 @@ def run_attack(
     """
     threat_model = require_threat_model(threat_model)
     check_within_threat_model(spec, threat_model)
+    root = key_root(key)
     if (spec.source is None) != (source_fn is None):
         raise ValueError(f"attack {spec.name!r}: pass source_fn exactly when spec.source is set")
     x, y, ids = np.asarray(x, np.float32), np.asarray(y), np.asarray(case_ids)
@@ -118,7 +122,7 @@ def run_attack(
             y=y[todo],
             case_ids=ids[todo],
             eps=eps,
-            group_path=[int(seed), stream, model, spec.name, format_eps(eps)],
+            group_path=[root, stream, model, spec.name, format_eps(eps)],
             show_progress=show_progress,
         )
         log_line(

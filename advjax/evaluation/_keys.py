@@ -1,10 +1,11 @@
-"""PRNG keys named by paths: one root seed, then a `fold_in` per name or index.
+"""PRNG keys named by paths: one root, then a `fold_in` per name or index.
 
 A key path such as `[42, "attack", "standard", "pgd", "8/255", 17]` names the key of
 case 17 under PGD at 8/255 on the standard model: `jax.random.key(42)` folded with each
 later element in turn (strings by their CRC-32). Every random choice of an evaluation
 comes from such a path, and a record stores its path, so any one case can be replayed
-without a hidden global key.
+without a hidden global key. The root is the run's key as one integer (`key_root`): the
+seed itself for `jax.random.key(seed)`, the key's two 32-bit words otherwise.
 """
 
 import numbers
@@ -34,15 +35,49 @@ def fold_path(key: jax.Array, path: Sequence[int | str]) -> jax.Array:
     return key
 
 
-def key_from_path(path: Sequence[int | str]) -> jax.Array:
-    """The key a path names: `jax.random.key(path[0])` folded with the rest.
+_IMPL = "threefry2x32"
+_WORD = 2**32
+
+
+def root_key(root: int) -> jax.Array:
+    """The threefry key whose two 32-bit words are `root`'s: `jax.random.key(root)` for
+    every root below 2**32.
 
     Raises:
-      ValueError: empty path, or a root seed that is not an int.
+      ValueError: a root that is not an integer in [0, 2**64).
+    """
+    if isinstance(root, bool) or not isinstance(root, numbers.Integral) or not 0 <= root < _WORD**2:
+        raise ValueError(f"key root {root!r} must be an integer in [0, 2**64)")
+    words = np.array([int(root) // _WORD, int(root) % _WORD], np.uint32)
+    return jax.random.wrap_key_data(words, impl=_IMPL)
+
+
+def key_root(key: jax.Array) -> int:
+    """The integer a record stores for the run key `key` (`root_key` gives the key back):
+    `seed` for `jax.random.key(seed)`.
+
+    Raises:
+      TypeError: `key` is not one threefry PRNG key (typed, or a legacy uint32 pair).
+    """
+    typed = isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    if typed and str(jax.random.key_impl(key)) == _IMPL and key.shape == ():
+        words = np.asarray(jax.random.key_data(key))
+    elif isinstance(key, (jax.Array, np.ndarray)) and key.dtype == np.uint32 and key.shape == (2,):
+        words = np.asarray(key)
+    else:
+        raise TypeError(f"key must be one key from jax.random.key(seed) (threefry), got {key!r}")
+    return int(words[0]) * _WORD + int(words[1])
+
+
+def key_from_path(path: Sequence[int | str]) -> jax.Array:
+    """The key a path names: `root_key(path[0])` folded with the rest.
+
+    Raises:
+      ValueError: empty path, or a root that is not an integer in [0, 2**64).
     """
     if not path or isinstance(path[0], (str, bool)) or not isinstance(path[0], numbers.Integral):
-        raise ValueError(f"key path {list(path)!r} must start with an integer seed")
-    return fold_path(jax.random.key(path_item(path[0])), path[1:])
+        raise ValueError(f"key path {list(path)!r} must start with an integer root")
+    return fold_path(root_key(path[0]), path[1:])
 
 
 def case_keys(group_key: jax.Array, case_ids: Sequence[int] | np.ndarray) -> jax.Array:

@@ -4,8 +4,8 @@
 benchmark builds on: the engine (`attack_stages`: stages of runs over the cases still
 unbroken, outcomes reported at once), the campaign's and AutoAttack's own loops on it
 (`attack_cases`, `attack_members`), the compiled attack programs they run (`make_program`,
-`Program`, `make_attack_fn`), per-case keys from key paths (`key_from_path`, `case_keys`),
-the expectation over transformations of a random model (`eot_logits`), an in-memory
+`Program`, `make_attack_fn`), per-case keys from key paths (`key_from_path`, `case_keys`;
+`key_root`: the run key as the integer that starts every path), the expectation over transformations of a random model (`eot_logits`), an in-memory
 record log (`ListLog`), one campaign group's runner (`attack_group`), AutoAttack's member
 config hash (`member_hash`) and its member lists (`resolve_members`).
 """
@@ -17,7 +17,7 @@ from advjax.evaluation._batch import make_attack_fn
 from advjax.evaluation._campaign import ListLog, attack_group
 from advjax.evaluation._early_stop import Program, attack_cases, make_program
 from advjax.evaluation._engine import attack_stages
-from advjax.evaluation._keys import case_keys, key_from_path
+from advjax.evaluation._keys import case_keys, key_from_path, key_root
 
 __all__ = [
     "attack_cases",
@@ -27,6 +27,7 @@ __all__ = [
     "case_keys",
     "eot_logits",
     "key_from_path",
+    "key_root",
     "ListLog",
     "make_attack_fn",
     "make_program",

@@ -21,6 +21,7 @@ import shlex
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from advjax import backend
@@ -146,7 +147,7 @@ def run_part(out: Path, tm: ThreatModel, specs, names, study, study_dir, x, y, p
                 x=x,
                 y=y,
                 case_ids=np.arange(len(y)),
-                seed=study["config"]["seed"],
+                key=jax.random.key(study["config"]["seed"]),
                 stream="attack_variants",
                 show_progress=progress,
             )

@@ -173,7 +173,7 @@ def evaluate_model(
             x=x[cases],
             y=y[cases],
             case_ids=ids[cases],
-            seed=config.seed,
+            key=jax.random.key(config.seed),
             source_fn=source_fn,
             source_hash=source_hash,
             show_progress=show_progress,

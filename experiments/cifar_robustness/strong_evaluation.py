@@ -19,6 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from advjax import backend
@@ -207,7 +208,7 @@ def evaluate(args: argparse.Namespace, out: Path, argv) -> dict:
         logits_fn, mhash = load_logits_fn(study_dir / "checkpoints" / f"{name}.msgpack")
         progress = None if args.no_progress else _progress(name)
         run_autoattack(
-            log, logits_fn, x, y, eps, seed=study["config"]["seed"], model=name,
+            log, logits_fn, x, y, eps, key=jax.random.key(study["config"]["seed"]), model=name,
             model_hash=mhash, case_ids=np.arange(len(y)), members=specs,
             batch_size=args.batch_size, on_run=progress,
         )  # fmt: skip

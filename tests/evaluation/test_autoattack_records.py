@@ -24,7 +24,7 @@ def case():
 def _run(log, case, **kwargs):
     logits_fn, x, y, members = case
     return run_autoattack(
-        log, logits_fn, x, y, EPS, seed=3, model="mlp", model_hash="h", members=members,
+        log, logits_fn, x, y, EPS, key=jax.random.key(3), model="mlp", model_hash="h", members=members,
         batch_size=8, **kwargs,
     )  # fmt: skip
 
@@ -94,7 +94,17 @@ def test_records_of_another_model_version_are_refused_naming_both_hashes_and_not
         (dict(model_hash="h", members=longer), f"with attack_config_hash {theirs}; the given attack_config_hash is {given}"),
     ]:  # fmt: skip
         with pytest.raises(ValueError) as info:
-            run_autoattack(log, logits_fn, x, y, EPS, seed=3, model="mlp", batch_size=8, **kwargs)
+            run_autoattack(
+                log,
+                logits_fn,
+                x,
+                y,
+                EPS,
+                key=jax.random.key(3),
+                model="mlp",
+                batch_size=8,
+                **kwargs,
+            )
         assert str(path) in str(info.value) and expected in str(info.value), str(info.value)
         assert path.read_bytes() == before
 
@@ -194,7 +204,7 @@ def _fast_case(masked: bool):
 
 
 def _run_fast(log, logits_fn, x, y, eps, **kwargs):
-    return run_autoattack(log, logits_fn, x, y, eps, seed=3, model="mlp", model_hash="h",
+    return run_autoattack(log, logits_fn, x, y, eps, key=jax.random.key(3), model="mlp", model_hash="h",
                           version="fast", batch_size=8, **kwargs)  # fmt: skip
 
 
