@@ -17,6 +17,7 @@ PACKAGES = [
     "advjax",
     "advjax.attacks",
     "advjax.backend",
+    "advjax.cli",
     "advjax.data",
     "advjax.evaluation",
     "advjax.evaluation.checks",
@@ -107,6 +108,28 @@ def test_io_does_not_import_the_evaluation_layer():
             path,
             name,
         )
+
+
+def test_the_commands_sit_on_top_of_the_library():
+    """No library module imports `advjax.cli` but the three `python -m` entry points that keep
+    their names; the commands import no experiment."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(advjax.__file__).parent
+    entry_points = {"evaluate.py", "gate.py", "text/score.py"}
+    seen = set()
+    for path in root.rglob("*.py"):
+        where = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [module]
+            for name in filter(None, names):
+                assert not name.startswith(("experiments", "benchmarks", "tools")), (where, name)
+                if name.startswith("advjax.cli") and not where.startswith("cli/"):
+                    assert where in entry_points, (where, name)
+                    seen.add(where)
+    assert seen == entry_points
 
 
 def test_importing_advjax_leaves_the_environment_alone():

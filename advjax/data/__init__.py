@@ -1,6 +1,11 @@
-"""CIFAR-10 (the binary-layout reader and writer, the tfds fallback, the study's splits) and
-any image dataset as arrays in a .npz file."""
+"""CIFAR-10 (the binary-layout reader and writer, the tfds fallback, the study's splits), any
+image dataset as arrays in a .npz file or through `tfds.data_source`, and an evaluation's
+cases from any of them, named by one string (`load_eval_cases`)."""
 
+from advjax.data._cases import (
+    EvalCases,
+    load_eval_cases,
+)
 from advjax.data._cifar10 import (
     CLASS_NAMES,
     CUSTOM_DATA_ENV,
@@ -25,6 +30,9 @@ from advjax.data._splits import (
     study_eval_indices,
     study_splits,
 )
+from advjax.data._tfds import (
+    load_tfds,
+)
 
 __all__ = [
     "Cifar10",
@@ -32,9 +40,12 @@ __all__ = [
     "CUSTOM_DATA_ENV",
     "DATA_DIR_ENV",
     "DataError",
+    "EvalCases",
     "fingerprint",
     "load_cifar10",
+    "load_eval_cases",
     "load_npz",
+    "load_tfds",
     "OFFICIAL",
     "read_binary_batch",
     "RECORD_BYTES",

@@ -4,7 +4,9 @@ comparisons of two models on the same cases, sanity checks, the run summary and 
 gate.
 
 The pipeline: `ThreatModel` + `AttackSpec` -> `run_attack` / `run_autoattack` (records, with
-early stop, on one engine) -> `aggregate_records` -> `run_checks` -> `run_summary` -> `decide`.
+early stop, on one engine) -> `aggregate_records` -> `run_checks` -> `run_summary` -> `decide`;
+`run_evaluation` is that pipeline for AutoAttack into one folder, as one call (what
+`python -m advjax.evaluate` runs).
 Beside this page: `advjax.evaluation.checks` (the sanity checks), `.stats` (rates, Wilson
 intervals, per-class and paired numbers), `.gate` (the release policy and decision),
 `.summary` (the run summary on disk) and `.engine` (the pieces under the runners, for
@@ -44,6 +46,9 @@ from advjax.evaluation._gate import (
     decide,
     parse_eps,
 )
+from advjax.evaluation._run_evaluation import (
+    run_evaluation,
+)
 from advjax.evaluation._sanity import (
     Check,
     run_checks,
@@ -82,6 +87,7 @@ __all__ = [
     "run_attack",
     "run_autoattack",
     "run_checks",
+    "run_evaluation",
     "run_summary",
     "ThreatModel",
     "UNTARGETED",

@@ -51,3 +51,9 @@ def small_linear_logits_fn():
     """A fixed random linear classifier of 8x8 RGB images into 4 classes."""
     w = jax.random.normal(jax.random.key(1), (8 * 8 * 3, 4)) * 0.2
     return lambda x: x.reshape(x.shape[0], -1) @ w
+
+
+def three_class_logits_fn():
+    """A fixed random linear classifier of 8x8 RGB images into 3 classes."""
+    w = jax.random.normal(jax.random.key(2), (8 * 8 * 3, 3)) * 0.2
+    return lambda x: x.reshape(x.shape[0], -1) @ w

@@ -67,7 +67,7 @@ def test_a_model_returning_probabilities_is_held_by_the_gate(tmp_path, capsys):
     [
         (["--model", MODEL, "--eps", "8"], "--eps 8 must be in \\[0, 1\\] for --norm linf"),
         (["--model", "no_colon"], "expected module:function"),
-        (["--model", MODEL, "--n", "0"], "--n 0 must be in"),
+        (["--model", MODEL, "--n", "0"], "--data: n=0 must be in \\[1, 10000\\]"),
         (["--model", MODEL, "--members", "apgd-ce,cw"], "--members 'apgd-ce,cw': expected .*fmn"),
     ],
 )
@@ -212,12 +212,12 @@ def test_an_interrupted_run_keeps_its_attack_time_for_the_whole_evaluations_tota
 ):
     """Ctrl-C during the attacks exits 130 and still adds the run's time to
     attack_seconds.json, marked unfinished, so a resumed run's summary can give the total."""
-    import advjax.evaluation
+    import advjax.evaluation._run_evaluation as runner
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(advjax.evaluation, "run_autoattack", interrupted)
+    monkeypatch.setattr(runner, "run_autoattack", interrupted)
     argv = ["--model", MODEL, "--n", "10", "--out", str(tmp_path / "run")]
     assert main(argv) == 130 and main(argv) == 130
     assert "running the same command again resumes" in capsys.readouterr().err

@@ -154,7 +154,12 @@ def test_bad_policy_exits_2_with_a_clear_message(tmp_path, files, capsys, conten
         policy.write_text(content)
     assert gate.main(["--policy", str(policy), "--run", str(run)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gate: error:") and message in err and str(policy) in err
+    assert (
+        err.startswith("advjax.gate: error:")
+        and err.count("\n") == 1
+        and message in err
+        and str(policy) in err
+    )
 
 
 def test_cli_missing_run_file_exits_2(tmp_path, files):

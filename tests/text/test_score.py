@@ -7,12 +7,14 @@ from pathlib import Path
 import pytest
 
 from advjax.text.data import TEXT_DIR_ENV
-from advjax.text.score import main, read_lines
+from advjax.text.score import main
 from advjax.text.translate import (
     PairScore,
     chrf,
+    read_lines,
     relative_decrease,
     score_corpus,
+    score_files,
     score_pair,
     summarize,
 )
@@ -99,13 +101,14 @@ def test_cli_errors_on_mismatched_line_counts_and_empty_files(tmp_path, capsys):
         files["out"],
     ]
     args = [str(a) for a in args]
-    with pytest.raises(SystemExit) as exc:
-        main(args + ["--adv-out", str(files["adv_out"])])
-    assert exc.value.code == 2 and "mismatched line counts" in capsys.readouterr().err
+    assert main(args + ["--adv-out", str(files["adv_out"])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("advjax.text.score: error: mismatched")
+    assert f"{files['adv_out']}: 1" in err
     (tmp_path / "empty").write_text("")
-    with pytest.raises(SystemExit):
-        main(args + ["--adv-out", str(tmp_path / "empty")])
-    assert "is empty" in capsys.readouterr().err
+    assert main(args + ["--adv-out", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is empty" in err
 
 
 def test_read_lines_keeps_blank_lines_but_not_the_final_newline(tmp_path):
@@ -119,13 +122,15 @@ def test_reproduces_teapot_charswap_figures(tmp_path, capsys):
     d_tgt 21.085, success 65.20 %, as published in teapot's README."""
     d = _teapot_dir()
     per_line = tmp_path / "per_line.tsv"
-    summary = main(
+    files = [d / f for f in ("src.fr", "adv.charswap.fr", "ref.en", "base.en", "adv.charswap.en")]
+    summary = summarize(score_files(*files))
+    assert main(
         [
             "--src", str(d / "src.fr"), "--adv-src", str(d / "adv.charswap.fr"),
             "--ref", str(d / "ref.en"), "--out", str(d / "base.en"),
             "--adv-out", str(d / "adv.charswap.en"), "--per-line", str(per_line),
         ]
-    )  # fmt: skip
+    ) == 0  # fmt: skip
     assert round(summary["s_src"], 3) == 86.908
     assert round(summary["s_src_std"], 3) == 11.622
     assert round(summary["d_tgt"], 3) == 21.085
@@ -146,13 +151,14 @@ def test_knn_and_unconstrained_scores_are_pinned_regressions(attack, expected):
     sentence chrF, the relative decrease and the success rule) against a silent change; a
     deliberate change to any of them updates these numbers."""
     d = _teapot_dir()
-    summary = main(
-        [
-            "--src", str(d / "src.fr"), "--adv-src", str(d / f"adv.{attack}.fr"),
-            "--ref", str(d / "ref.en"), "--out", str(d / "base.en"),
-            "--adv-out", str(d / f"adv.{attack}.en"),
-        ]
-    )  # fmt: skip
+    files = [
+        d / "src.fr",
+        d / f"adv.{attack}.fr",
+        d / "ref.en",
+        d / "base.en",
+        d / f"adv.{attack}.en",
+    ]
+    summary = summarize(score_files(*files))
     assert (round(summary["s_src"], 3), round(summary["d_tgt"], 3)) == expected[:2]
     assert summary["success"]["count"] == expected[2]
 

@@ -18,6 +18,7 @@ Sequence-to-Sequence Models", NAACL 2019; their tool is github.com/pmichel31415/
 import dataclasses
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -126,6 +127,54 @@ def score_corpus(
     _check_columns({"src": src, "adv_src": adv_src, "ref": ref, "out": out, "adv_out": adv_out})
     similarity_fn(metric)
     return [score_pair(*line, metric=metric) for line in zip(src, adv_src, ref, out, adv_out)]
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file without their newline characters.
+
+    Raises:
+      ValueError: the file is empty.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    if not text:
+        raise ValueError(f"{path} is empty")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.rstrip("\r") for line in lines]
+
+
+def score_files(
+    src: str | Path,
+    adv_src: str | Path,
+    ref: str | Path,
+    out: str | Path,
+    adv_out: str | Path,
+    *,
+    metric: str = "chrf",
+) -> list[PairScore]:
+    """`score_corpus` on five aligned files, one sentence per line (`read_lines`).
+
+    Raises:
+      ValueError: an empty file, or line counts that differ (every file named with its count).
+      OSError: a file that cannot be read.
+    """
+    paths = {"src": src, "adv_src": adv_src, "ref": ref, "out": out, "adv_out": adv_out}
+    columns = {name: read_lines(path) for name, path in paths.items()}
+    if len({len(c) for c in columns.values()}) != 1:
+        raise ValueError("mismatched line counts: "
+                         + ", ".join(f"{paths[k]}: {len(v)}" for k, v in columns.items()))  # fmt: skip
+    return score_corpus(*columns.values(), metric=metric)
+
+
+def per_line_tsv(scores: Sequence[PairScore]) -> str:
+    """A TSV table (header + one row per line) of s_src, s_tgt, s_tgt_adv, d_tgt, success."""
+    rows = ["line\ts_src\ts_tgt\ts_tgt_adv\td_tgt\tsuccess"]
+    for i, s in enumerate(scores, start=1):
+        rows.append(
+            f"{i}\t{s.s_src:.6f}\t{s.s_tgt:.6f}\t{s.s_tgt_adv:.6f}\t{s.d_tgt:.6f}\t{int(s.success)}"
+        )
+    return "\n".join(rows) + "\n"
 
 
 def summarize(scores: Sequence[PairScore]) -> dict:

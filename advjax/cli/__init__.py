@@ -1,0 +1,15 @@
+"""advjax's commands, thin over the library, each run as `python -m` of its public name:
+
+- `python -m advjax.evaluate` (`advjax.cli.evaluate`): AutoAttack any JAX model on CIFAR-10,
+  a .npz file or a TFDS dataset, into records, a summary, a report and the gate's decision;
+- `python -m advjax.gate` (`advjax.cli.gate`): the release gate on a run summary;
+- `python -m advjax.text.score` (`advjax.cli.text_score`): scores of attacks on translation
+  models made anywhere.
+
+Each parses its arguments, calls the library and prints; bad input is one line naming the
+argument, exit code 2 (`ADVJAX_DEBUG=1` shows the traceback).
+"""
+
+from advjax.cli._command import DEBUG_ENV, fail, run_command
+
+__all__ = ["DEBUG_ENV", "fail", "run_command"]

@@ -1,0 +1,79 @@
+"""The cases of an evaluation, from any of the datasets advjax reads, named by one string."""
+
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from advjax.data._cifar10 import DataError, load_cifar10
+from advjax.data._npz import load_npz
+from advjax.data._splits import study_eval_indices
+from advjax.data._tfds import load_tfds
+
+CIFAR10 = "cifar10"
+TFDS_PREFIX = "tfds:"
+CIFAR10_CASES = 1000
+"""The CIFAR study's evaluation subset: `cifar10`'s cases unless told otherwise."""
+
+
+class EvalCases(NamedTuple):
+    """Pixels (N, H, W, C) float32 in [0, 1], int32 labels, stable case ids, and the class
+    count where the dataset declares one (None: read it from the model)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    case_ids: np.ndarray
+    classes: int | None
+
+
+def load_eval_cases(
+    data: str,
+    *,
+    n: int | None = None,
+    data_dir: str | Path | None = None,
+    split: str = "test",
+    name: str = "data",
+) -> EvalCases:
+    """The evaluation cases `data` names:
+
+    - `cifar10`: the first `n` (default 1,000) of the CIFAR study's stratified draw of the
+      test split (seed 42), so n=1000 gives the study's images and n=10000 every test image;
+      `data_dir` is the binary folder (else $ADVJAX_DATA_DIR);
+    - a `.npz` file holding `x` (N, H, W, C; uint8, or float in [0, 1]) and `y` (N,): its
+      first `n` (default all);
+    - `tfds:DATASET` (e.g. `tfds:mnist`): the first `n` (default all) of `split` of any image
+      classification dataset `tfds.data_source` opens; `data_dir` is TFDS's.
+
+    Case ids are the positions in the dataset's split (cifar10: in the test split).
+
+    Raises:
+      DataError (a ValueError) naming `name`: an unknown form, or bad data (`load_npz`,
+      `load_tfds`, `load_cifar10`), or `n` outside [1, the cases there are].
+    """
+    if data.startswith(TFDS_PREFIX) and data[len(TFDS_PREFIX) :]:
+        x, y, classes = load_tfds(
+            data[len(TFDS_PREFIX) :], split=split, data_dir=data_dir, n=n, name=name
+        )
+        return EvalCases(x, y, np.arange(len(y)), classes)
+    if data == CIFAR10:
+        labels = load_cifar10(data_dir, splits=("test",))
+        total, n = len(labels.test_labels), CIFAR10_CASES if n is None else n
+        _check_n(n, total, name)
+        if n == total:
+            index = np.arange(total)
+        else:
+            index = study_eval_indices(labels.test_labels, eval_size=10 * -(-n // 10))[:n]
+        x = labels.test_images[index].astype(np.float32) / 255
+        return EvalCases(x, labels.test_labels[index], index, len(labels.class_names))
+    if Path(data).suffix == ".npz":
+        x, y = load_npz(data, name=name)
+        n = len(y) if n is None else n
+        _check_n(n, len(y), name)
+        return EvalCases(x[:n], y[:n], np.arange(n), None)
+    raise DataError(f"{name} {data!r}: expected {CIFAR10}, a .npz file with x and y, or "
+                    f"{TFDS_PREFIX}DATASET (any TFDS image classification dataset)")  # fmt: skip
+
+
+def _check_n(n, total: int, name: str) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= total:
+        raise DataError(f"{name}: n={n!r} must be in [1, {total}] (the cases there are)")

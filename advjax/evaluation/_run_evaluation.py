@@ -1,0 +1,234 @@
+"""An AutoAttack evaluation of one model into a folder, from records to release decision:
+what `python -m advjax.evaluate` runs, as one call."""
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from advjax.evaluation._aggregate import aggregate_records
+from advjax.evaluation._autoattack import FAST, Member, eps_zero_check
+from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
+from advjax.evaluation._autoattack_records import (
+    AUTOATTACK,
+    autoattack_threat_model,
+    broken_by_member,
+    fast_outcome,
+    member_passes,
+    run_autoattack,
+    schedule_members,
+)
+from advjax.evaluation._autoattack_report import cumulative_rows, write_report
+from advjax.evaluation._gate import EXIT_CODES, decide, format_decision, load_policy
+from advjax.evaluation._sanity import check_finite_loss, check_perturbations
+from advjax.evaluation._summary import run_summary
+from advjax.io import (
+    OutputLock,
+    Progress,
+    RecordLog,
+    add_attack_time,
+    atomic_write_json,
+    atomic_write_text,
+    environment,
+    record_file,
+    untimed_records,
+)
+
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.html"
+GATE_FILE = "gate.txt"
+
+
+class Evaluation(NamedTuple):
+    """What `run_evaluation` wrote: the run summary, the gate's verdict ("ALLOW", "HOLD",
+    "ROLLBACK"; None without a policy) and its exit code (0 without a policy)."""
+
+    summary: dict
+    verdict: str | None
+    exit_code: int
+
+
+def run_evaluation(
+    out: str | Path,
+    logits_fn,
+    x,
+    y,
+    eps: float,
+    *,
+    key: jax.Array,
+    model: str,
+    model_hash: str,
+    case_ids=None,
+    classes: int | None = None,
+    norm: str = "linf",
+    version: str = "standard",
+    members: Sequence[str] | None = None,
+    batch_size: int = 250,
+    policy: str | Path | None = None,
+    command: str | None = None,
+    show_progress: bool = True,
+    log_line: Callable[[str], None] = print,
+) -> Evaluation:
+    """AutoAttack every case into the folder `out` and judge the run (`run_autoattack`, then
+    `aggregate_records`, the checks, `run_summary`, the report and, with a `policy` file,
+    `decide`).
+
+    Writes, holding `out` (a second writer is refused): `records.jsonl.gz` as cases are
+    decided, so a run killed at any moment resumes with the same call; the run's attack time
+    added to `attack_seconds.json` (finished or not), so the summary gives the whole
+    evaluation's time; `summary.json`, `report.html` and, with a policy, `gate.txt`.
+    `members`: a custom member list of registered attacks instead of `version`'s.
+    `classes`: the dataset's class count (default: the model's logits). `command` is recorded in the
+    summary. `log_line` receives the threat model, the members, each run's progress and the
+    result.
+
+    Raises:
+      ValueError: an eps outside the norm's range; labels outside the classes of the model
+        or the data (checked before any work, from the model's output shape); records in
+        `out` of another model version or attack config (nothing is appended then).
+      LockedError: another live process holds `out`.
+    """
+    limit = 1.0 if norm == "linf" else float("inf")
+    if not 0 <= eps <= limit:
+        raise ValueError(f"eps={eps:g} must be in [0, {limit:g}] for norm {norm} (e.g. 8/255)")
+    x, y = np.asarray(x, np.float32), np.asarray(y)
+    ids = np.arange(len(y)) if case_ids is None else np.asarray(case_ids)
+    outputs = int(jax.eval_shape(logits_fn, x[:1]).shape[-1])
+    classes = outputs if classes is None else classes
+    if len(y) and (int(y.min()) < 0 or int(y.max()) >= min(classes, outputs)):
+        raise ValueError(f"labels must lie in [0, {min(classes, outputs)}) (the classes of the "
+                         f"model and the data), got [{int(y.min())}, {int(y.max())}]")  # fmt: skip
+    custom = None if members is None else [Member(method) for method in members]
+    fast = version == "fast" and custom is None
+    scheduled = schedule_members(version, custom, norm)
+    tm = autoattack_threat_model(eps, scheduled, norm)
+    log_line(tm.describe())
+    if fast:
+        log_line(f"members: {', '.join(m.name for m in FAST.always)} on every case; "
+                 f"{', '.join(m.name for m in FAST.probe)} on a sample of those left robust; "
+                 f"{', '.join(m.name for m in FAST.escalation)} on all of them if the sample "
+                 "or a model check shows masked gradients")  # fmt: skip
+    else:
+        log_line(f"members: {', '.join(m.name for m in scheduled)}")
+    out = Path(out)
+    with OutputLock(out):
+        log = RecordLog(record_file(out))
+        run_key = {"model": model, "eps": float(eps), "norm": norm, "version": version}
+        if members is not None:
+            run_key["members"] = list(members)
+        untimed = untimed_records(out, log.read(), run_key)
+        started = time.perf_counter()
+
+        def on_run(member, target, restart, left):
+            elapsed = time.perf_counter() - started
+            log_line(f"  [{elapsed:6.0f} s] {member.name} target {target} restart {restart}: "
+                     f"{left} still robust")  # fmt: skip
+
+        bars: dict = {}
+
+        def on_batch(member, target, restart, done, total):
+            run = (member.name, target, restart)
+            if run not in bars:
+                bars[run] = Progress(total, f"  {member.name} target {target} restart {restart}")
+            bars[run].update(done - bars[run].count)
+
+        finished = False
+        try:
+            run_autoattack(
+                log, logits_fn, x, y, eps, key=key, model=model, model_hash=model_hash,
+                case_ids=ids, norm=norm, version=version, members=custom,
+                batch_size=batch_size, on_run=on_run,
+                on_batch=on_batch if show_progress else None,
+            )  # fmt: skip
+            finished = True
+        finally:
+            seconds = time.perf_counter() - started
+            runs = add_attack_time(out, run_key, seconds, finished=finished, untimed=untimed)
+        total = None if runs[0]["untimed_records_before"] else sum(r["seconds"] for r in runs)
+        records = [r for r in log.read() if r.model == model and r.eps == float(eps)]
+        summary, groups, judged = _summary(
+            records, logits_fn, x, y, eps, key=key, ids=ids, classes=classes, norm=norm,
+            version=version, custom=members, scheduled=scheduled, tm=tm, model=model,
+        )  # fmt: skip
+        summary["extra"].update(
+            {"command": command, "seconds": seconds, "seconds_all_runs": total,
+             "attack_runs": len(runs), "environment": environment()}
+        )  # fmt: skip
+        atomic_write_json(out / SUMMARY_FILE, summary)
+        decision_text, verdict, code = "", None, 0
+        if policy is not None:
+            rules, policy_hash = load_policy(policy)
+            decision = decide(rules, summary)
+            decision_text = (
+                format_decision(decision) + f"\n  policy {policy} (sha256 {policy_hash})\n"
+            )
+            atomic_write_text(out / GATE_FILE, decision_text)
+            verdict, code = decision.verdict, EXIT_CODES[decision.verdict]
+        write_report(out / REPORT_FILE, summary, groups, judged, model, decision_text)
+    final = next(g for g in groups if g["attack"] == AUTOATTACK)
+    ra = final["robust_accuracy"]
+    log_line(f"{model}: robust accuracy {100 * ra['value']:.1f} % ({ra['count']}/{ra['total']}) "
+             f"under AutoAttack {summary['extra']['version']} at eps {eps:.5g} ({norm}); "
+             f"{_describe_time(seconds, total, len(runs))}")  # fmt: skip
+    if decision_text:
+        log_line(decision_text.rstrip())
+    log_line(f"wrote {log.path}, {out / SUMMARY_FILE}, {REPORT_FILE}")
+    return Evaluation(summary, verdict, code)
+
+
+def _summary(records, logits_fn, x, y, eps, *, key, ids, classes, norm, version, custom,
+             scheduled, tm, model):  # fmt: skip
+    """(summary, groups, the members whose verdicts count) of a finished run's records."""
+    groups = aggregate_records(records, num_classes=classes)
+    random_model = version == "rand"
+    model_checks = probe_checks(logits_fn, x, y, random_model=random_model)
+    members, schedule, probe_check = scheduled, None, []
+    stages = [(m, m.name) for m in members]
+    if version == "fast" and custom is None:
+        failed = [c.name for c in model_checks if not c.passed]
+        outcome = fast_outcome(records, model=model, eps=float(eps), key=key, ids=ids,
+                               failed=failed)  # fmt: skip
+        members, schedule, probe_check = outcome["members"], outcome["schedule"], [outcome["check"]]
+        stages = outcome["stages"]
+    broken_by = broken_by_member(records, members, ids)
+    clean_correct = broken_by != -2
+    found = [
+        *model_checks,
+        *black_box_check(broken_by, members),
+        eps_zero_check(logits_fn, x, y, clean_correct, members, norm, key, random_model),
+        *probe_check,
+    ]
+    summary = run_summary(
+        groups,
+        [check_perturbations(groups), check_finite_loss(groups), *found],
+        tm,
+        extra={
+            "members": [m.name for m in members],
+            "model_passes": member_passes(
+                records,
+                [m for m, _ in stages],
+                model=model,
+                eps=float(eps),
+                classes=classes,
+                names=[label for _, label in stages],
+            ),  # fmt: skip
+            "version": version if custom is None else "custom",
+            "schedule": schedule,
+            "threat_model_text": tm.describe(),
+            "robust_accuracy_after": [
+                {"after": label, **rate} for label, rate in cumulative_rows(groups, members, model)
+            ],
+        },
+    )
+    return summary, groups, members
+
+
+def _describe_time(seconds: float, total: float | None, runs: int) -> str:
+    if total is None:
+        return f"{seconds:.0f} s this run (earlier runs untimed)"
+    if runs == 1:
+        return f"{seconds:.0f} s"
+    return f"{seconds:.0f} s this run, {total:.0f} s over {runs} runs"
