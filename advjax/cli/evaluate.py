@@ -24,6 +24,13 @@ rolls back, 2 bad input (one line; ADVJAX_DEBUG=1 or --debug shows the traceback
 interrupted. Every run, finished or interrupted, adds its attack time to
 DIR/attack_seconds.json, so that the summary gives the whole evaluation's time, not only the
 last resumed run's.
+
+On N hosts (or N processes of one), every process runs the same command with
+`--coordinator HOST:PORT --processes N --process-id I` (HOST: process 0's machine): each
+loads and attacks only its share of the cases (every N-th from I) on its own devices, writing
+DIR/processes/I-of-N/records.jsonl.gz; process 0 merges them into DIR once all are done and
+writes the summary, report and gate (`advjax.evaluation.run_evaluation`). DIR must be one
+folder every process can write (a shared file system).
 """
 
 import argparse
@@ -116,6 +123,14 @@ def parse_args(argv):
         help=f"folder of JAX's persistent compilation cache (else ${CACHE_ENV}; default none): "
         "a resumed or repeated run loads the attacks' compiled programs instead of compiling",
     )
+    p.add_argument(
+        "--coordinator",
+        default=None,
+        help="HOST:PORT of process 0, to spread the cases over --processes processes "
+        "(jax.distributed; every process runs the same command with its --process-id)",
+    )
+    p.add_argument("--processes", type=int, default=None, help="with --coordinator: how many")
+    p.add_argument("--process-id", type=int, default=None, help="with --coordinator: 0 .. N-1")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--no-progress", action="store_true", help="no per-batch progress line")
     p.add_argument(
@@ -127,7 +142,24 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if not (args.checkpoint or args.model or args.repair_records):
         p.error("one of the arguments --checkpoint --model is required")
+    if args.coordinator and (args.processes is None or args.process_id is None):
+        p.error("--coordinator needs --processes N and --process-id I")
+    if args.coordinator and not 0 <= args.process_id < args.processes:
+        p.error(f"--process-id {args.process_id} must be in [0, {args.processes})")
     return args
+
+
+def start_processes(args) -> None:
+    """Join the `jax.distributed` run that --coordinator names (CPU collectives by gloo, which
+    the end-of-run barrier needs on CPU-only hosts)."""
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=args.coordinator,
+        num_processes=args.processes,
+        process_id=args.process_id,
+    )
 
 
 def load_logits_fn(args):
@@ -187,6 +219,7 @@ def evaluate(args, argv) -> int:
 
     from advjax.data import load_eval_cases
     from advjax.evaluation import run_evaluation
+    from advjax.evaluation.engine import process_folder, this_process
     from advjax.io import OutputLock
 
     limit = 1.0 if args.norm == "linf" else float("inf")
@@ -195,17 +228,23 @@ def evaluate(args, argv) -> int:
             f"--eps {args.eps:g} must be in [0, {limit:g}] for --norm {args.norm} (e.g. 8/255)"
         )
     members = None if args.members is None else parse_members(args.members)
-    with OutputLock(args.out):  # a folder another run holds is refused before any loading
+    if args.coordinator:
+        start_processes(args)
+    index, count = this_process()
+    # a folder another run holds is refused before any loading
+    with OutputLock(args.out if index == 0 else process_folder(args.out)):
         pass
     if args.compile_cache:
         use_compile_cache(args.compile_cache)
     logits_fn, name, digest = load_logits_fn(args)
     cases = load_eval_cases(
-        args.data, n=args.n, data_dir=args.data_dir, split=args.split, name="--data"
-    )
+        args.data, n=args.n, data_dir=args.data_dir, split=args.split, name="--data",
+        share=(index, count) if count > 1 else None,
+    )  # fmt: skip
     result = run_evaluation(
         args.out, logits_fn, cases.x, cases.y, args.eps, key=jax.random.key(args.seed),
         model=name, model_hash=digest, case_ids=cases.case_ids, classes=cases.classes,
+        positions=cases.positions if count > 1 else None,
         norm=args.norm, version=args.version, members=members, batch_size=args.batch_size,
         policy=args.policy, show_progress=not args.no_progress,
         command="python -m advjax.evaluate " + shlex.join(sys.argv[1:] if argv is None else argv),

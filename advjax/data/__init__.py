@@ -26,6 +26,7 @@ from advjax.data._npz import (
 )
 from advjax.data._splits import (
     StudySplits,
+    share_positions,
     stratified_indices,
     study_eval_indices,
     study_splits,
@@ -49,6 +50,7 @@ __all__ = [
     "OFFICIAL",
     "read_binary_batch",
     "RECORD_BYTES",
+    "share_positions",
     "SPLITS",
     "stratified_indices",
     "study_eval_indices",

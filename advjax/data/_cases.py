@@ -7,7 +7,7 @@ import numpy as np
 
 from advjax.data._cifar10 import DataError, load_cifar10
 from advjax.data._npz import load_npz
-from advjax.data._splits import study_eval_indices
+from advjax.data._splits import share_positions, study_eval_indices
 from advjax.data._tfds import load_tfds
 
 CIFAR10 = "cifar10"
@@ -17,13 +17,15 @@ CIFAR10_CASES = 1000
 
 
 class EvalCases(NamedTuple):
-    """Pixels (N, H, W, C) float32 in [0, 1], int32 labels, stable case ids, and the class
-    count where the dataset declares one (None: read it from the model)."""
+    """Pixels (N, H, W, C) float32 in [0, 1], int32 labels, stable case ids, the class count
+    where the dataset declares one (None: read it from the model), and each case's position
+    among all the evaluation's cases (0 .. N-1 unless a process's share was asked for)."""
 
     x: np.ndarray
     y: np.ndarray
     case_ids: np.ndarray
     classes: int | None
+    positions: np.ndarray
 
 
 def load_eval_cases(
@@ -33,6 +35,7 @@ def load_eval_cases(
     data_dir: str | Path | None = None,
     split: str = "test",
     name: str = "data",
+    share: tuple[int, int] | None = None,
 ) -> EvalCases:
     """The evaluation cases `data` names:
 
@@ -44,17 +47,20 @@ def load_eval_cases(
     - `tfds:DATASET` (e.g. `tfds:mnist`): the first `n` (default all) of `split` of any image
       classification dataset `tfds.data_source` opens; `data_dir` is TFDS's.
 
-    Case ids are the positions in the dataset's split (cifar10: in the test split).
+    Case ids are the positions in the dataset's split (cifar10: in the test split). `share`
+    (index, count): only process `index` of `count`'s cases, every count-th from index
+    (`share_positions`), with their positions among all n; TFDS reads
+    only those examples.
 
     Raises:
       DataError (a ValueError) naming `name`: an unknown form, or bad data (`load_npz`,
       `load_tfds`, `load_cifar10`), or `n` outside [1, the cases there are].
     """
     if data.startswith(TFDS_PREFIX) and data[len(TFDS_PREFIX) :]:
-        x, y, classes = load_tfds(
-            data[len(TFDS_PREFIX) :], split=split, data_dir=data_dir, n=n, name=name
+        x, y, classes, pos = load_tfds(
+            data[len(TFDS_PREFIX) :], split=split, data_dir=data_dir, n=n, name=name, share=share
         )
-        return EvalCases(x, y, np.arange(len(y)), classes)
+        return EvalCases(x, y, pos, classes, pos)
     if data == CIFAR10:
         labels = load_cifar10(data_dir, splits=("test",))
         total, n = len(labels.test_labels), CIFAR10_CASES if n is None else n
@@ -63,13 +69,17 @@ def load_eval_cases(
             index = np.arange(total)
         else:
             index = study_eval_indices(labels.test_labels, eval_size=10 * -(-n // 10))[:n]
-        x = labels.test_images[index].astype(np.float32) / 255
-        return EvalCases(x, labels.test_labels[index], index, len(labels.class_names))
+        pos = share_positions(n, share)
+        x = labels.test_images[index[pos]].astype(np.float32) / 255
+        return EvalCases(
+            x, labels.test_labels[index[pos]], index[pos], len(labels.class_names), pos
+        )
     if Path(data).suffix == ".npz":
         x, y = load_npz(data, name=name)
         n = len(y) if n is None else n
         _check_n(n, len(y), name)
-        return EvalCases(x[:n], y[:n], np.arange(n), None)
+        pos = share_positions(n, share)
+        return EvalCases(x[pos], y[pos], pos, None, pos)
     raise DataError(f"{name} {data!r}: expected {CIFAR10}, a .npz file with x and y, or "
                     f"{TFDS_PREFIX}DATASET (any TFDS image classification dataset)")  # fmt: skip
 

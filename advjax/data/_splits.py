@@ -154,3 +154,18 @@ def study_eval_indices(
     """
     key = jax.random.fold_in(_study_key(seed), _EVAL_STREAM)
     return stratified_indices(test_labels, eval_size, key)
+
+
+def share_positions(n: int, share: tuple[int, int] | None = None) -> np.ndarray:
+    """Positions among `n` cases of the share (index, count): every count-th from index, so
+    each share takes cases from every part of a sorted or stratified list; all n without one.
+
+    Raises:
+      ValueError: an index outside [0, count).
+    """
+    if share is None:
+        return np.arange(n)
+    index, count = share
+    if not 0 <= index < count:
+        raise ValueError(f"share {tuple(share)!r}: the index must be in [0, {count})")
+    return np.arange(index, n, count)

@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 
 from advjax.data._cifar10 import DataError
+from advjax.data._splits import share_positions
 
 
 def _keys(info, where: str) -> tuple[str, str]:
@@ -24,11 +25,14 @@ def load_tfds(
     data_dir: str | Path | None = None,
     n: int | None = None,
     name: str = "dataset",
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """(x, y, classes): the first `n` examples (default all) of `split` of a TFDS image
-    classification dataset, read with `tfds.data_source` (ArrayRecord, no TensorFlow): float32
-    NHWC pixels in [0, 1] (uint8 images scaled by 1/255), int32 labels and the label
-    feature's class count. `data_dir` is TFDS's (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets).
+    share: tuple[int, int] | None = None,
+) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """(x, y, classes, positions): the first `n` examples (default all) of `split` of a TFDS
+    image classification dataset, read with `tfds.data_source` (ArrayRecord, no TensorFlow):
+    float32 NHWC pixels in [0, 1] (uint8 images scaled by 1/255), int32 labels, the label
+    feature's class count and the examples' positions in the split. `share` (index, count):
+    only that share of the n (`share_positions`), and only those examples are read.
+    `data_dir` is TFDS's (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets).
 
     Raises:
       DataError (a ValueError) naming `name`, the dataset and what is wrong: TFDS missing, a
@@ -57,7 +61,8 @@ def load_tfds(
     n = total if n is None else n
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= total:
         raise DataError(f"{where}: n={n!r} must be in [1, {total}] (its examples)")
-    examples = [source[i] for i in range(n)]
+    positions = share_positions(n, share)
+    examples = [source[int(i)] for i in positions]
     shapes = {np.shape(e[image_key]) for e in examples}
     if len(shapes) != 1 or len(next(iter(shapes))) != 3:
         raise DataError(f"{where}: needs images of one shape (H, W, C), got shapes "
@@ -68,4 +73,4 @@ def load_tfds(
         x = x.astype(np.float32) / 255
     elif not np.issubdtype(x.dtype, np.floating) or not (x.min() >= 0 and x.max() <= 1):
         raise DataError(f"{where}: images must be uint8 or float pixels in [0, 1], got {x.dtype}")
-    return x.astype(np.float32), y, int(classes)
+    return x.astype(np.float32), y, int(classes), positions

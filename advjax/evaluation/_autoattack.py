@@ -197,10 +197,14 @@ def resolve_members(version: str, members: Sequence[Member] | None, norm: str) -
     return members
 
 
-def clean_predictions(logits_fn, x, key, batch_size: int, random_model: bool) -> np.ndarray:
-    """Predicted classes on the clean inputs (random model: the mean over 20 draws per case)."""
+def clean_predictions(
+    logits_fn, x, key, batch_size: int, random_model: bool, positions=None
+) -> np.ndarray:
+    """Predicted classes on the clean inputs (random model: the mean over 20 draws per case,
+    case i's from fold_in(key, positions[i]); default positions 0 .. n-1)."""
     if random_model:
-        case_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(len(x)))
+        index = jnp.arange(len(x)) if positions is None else jnp.asarray(positions)
+        case_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, index)
     else:
         case_keys = jnp.zeros(len(x))
     fn = functools.partial(_clean_program, random_model, as_jit_argument(logits_fn))

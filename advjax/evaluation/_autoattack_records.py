@@ -121,6 +121,7 @@ def run_autoattack(
     model: str,
     model_hash: str,
     case_ids=None,
+    positions=None,
     norm: str = "linf",
     version: str = "standard",
     members: Sequence[Member] | None = None,
@@ -131,9 +132,11 @@ def run_autoattack(
 ) -> list[CaseRecord]:
     """AutoAttack every case not already decided in `log`; return the derived records.
 
-    Case i (position i of x) draws from fold_in(key, i), as `autoattack` does, so a resumed
-    run equals an uninterrupted one; each record's key path starts with the key as one
-    integer (`key_root`: the seed of `jax.random.key(seed)`). `on_run` and `on_batch` report
+    Case i draws from fold_in(key, positions[i]), as `autoattack` does for position i of its
+    x (default positions: 0 .. n-1), so a resumed run equals an uninterrupted one, and a share
+    of the cases (one process's, `advjax.evaluation.engine.process_share`) given with its
+    positions gives every case the records it gets among all of them. Each record's key path
+    starts with the key as one integer (`key_root`: the seed of `jax.random.key(seed)`). `on_run` and `on_batch` report
     progress after each run and each batch (see `attack_members`).
 
     Raises:
@@ -147,6 +150,13 @@ def run_autoattack(
     random_model = version == "rand" or any(m.eot > 1 for m in members)
     x, y = np.asarray(x, np.float32), np.asarray(y)
     ids = np.arange(len(y)) if case_ids is None else np.asarray(case_ids)
+    pos = np.arange(len(y)) if positions is None else np.asarray(positions, np.int64)
+    if len(ids) != len(y) or len(pos) != len(y):
+        raise ValueError(f"case_ids and positions must give one entry per case: {len(y)} cases, "
+                         f"{len(ids)} ids, {len(pos)} positions")  # fmt: skip
+    if fast and positions is not None:
+        raise ValueError("version 'fast' draws its probe from every case left robust: run it "
+                         "on all the cases in one process (positions=None)")  # fmt: skip
     tm = autoattack_threat_model(eps, every, norm)
     attack_hashes = {m.name: member_hash(m, norm) for m in members}
     if fast:
@@ -162,14 +172,15 @@ def run_autoattack(
     )
     root = key_root(key)
     key = root_key(root)
-    clean = clean_predictions(logits_fn, x, key, batch_size, random_model)
+    clean = clean_predictions(logits_fn, x, key, batch_size, random_model, pos)
     first = members[0]
     wrong = [
         i for i in np.flatnonzero(clean != y) if (model, first.name, eps, int(ids[i])) not in log
     ]
     log.append([_record(first, i, ids, y, clean, x[i], x[i], 0.0, 0, -1, eps, tm, norm,
-                        root, model, model_hash, adv_pred=int(clean[i])) for i in wrong])  # fmt: skip
-    common = dict(log=log, logits_fn=logits_fn, x=x, y=y, eps=eps, key=key, ids=ids,
+                        (root, int(pos[i])), model, model_hash, adv_pred=int(clean[i]))
+                for i in wrong])  # fmt: skip
+    common = dict(log=log, logits_fn=logits_fn, x=x, y=y, eps=eps, key=key, ids=ids, pos=pos,
                   clean=clean, tm=tm, norm=norm, root=root, model=model, model_hash=model_hash,
                   batch_size=batch_size, random_model=random_model, mesh=mesh, on_run=on_run,
                   on_batch=on_batch)  # fmt: skip
@@ -196,7 +207,7 @@ def run_autoattack(
     return derived
 
 
-def _run_phase(members, names, positions, *, log, logits_fn, x, y, eps, key, ids, clean, tm,
+def _run_phase(members, names, positions, *, log, logits_fn, x, y, eps, key, ids, pos, clean, tm,
                norm, root, model, model_hash, batch_size, random_model, mesh, on_run, on_batch):  # fmt: skip
     """`members` on the cases at `positions`, each from the first member its records (named
     `names`) still lack; every member's final outcome for a case appended as it comes."""
@@ -212,7 +223,7 @@ def _run_phase(members, names, positions, *, log, logits_fn, x, y, eps, key, ids
                 continue
             records.append(_record(
                 members[d.stage], i, ids, y, clean, x[i], d.stage_x[p], float(d.stage_loss[p]),
-                int(d.queries[p]), d.run, eps, tm, norm, root, model, model_hash,
+                int(d.queries[p]), d.run, eps, tm, norm, (root, int(pos[i])), model, model_hash,
                 adv_pred=int(d.adv_pred[p]), attack=names[d.stage],
             ))  # fmt: skip
         log.append(records)
@@ -220,7 +231,7 @@ def _run_phase(members, names, positions, *, log, logits_fn, x, y, eps, key, ids
     attack_members(
         logits_fn, x[positions], y[positions], eps, key=key, members=members, norm=norm,
         batch_size=batch_size, random_model=random_model, start_member=start,
-        case_index=positions, mesh=mesh, on_decided=on_decided, on_run=on_run,
+        case_index=pos[positions], mesh=mesh, on_decided=on_decided, on_run=on_run,
         on_batch=on_batch,
     )  # fmt: skip
 
@@ -250,7 +261,7 @@ def fast_outcome(records, *, model: str, eps: float, key, ids, failed) -> dict:
     }  # fmt: skip
 
 
-def _record(member, i, ids, y, clean, x, x_adv, loss, queries, run, eps, tm, norm, root,
+def _record(member, i, ids, y, clean, x, x_adv, loss, queries, run, eps, tm, norm, path,
             model, model_hash, *, adv_pred, attack=None) -> CaseRecord:  # fmt: skip
     linf = float(perturbation_sizes(x[None], x_adv[None], "linf")[0])
     l2 = float(perturbation_sizes(x[None], x_adv[None], "l2")[0])
@@ -278,7 +289,7 @@ def _record(member, i, ids, y, clean, x, x_adv, loss, queries, run, eps, tm, nor
         attack_config_hash=member_hash(member, norm),
         threat_model_hash=tm.digest(),
         eps=float(eps),
-        key_path=(root, i, member.stream),
+        key_path=(*path, member.stream),
     )
 
 
@@ -331,11 +342,13 @@ def autoattack_records(records, members, *, model: str, eps: float, case_ids, no
 
 def broken_by_member(records, members, index) -> np.ndarray:
     """Per case (in `index` order): the position of the member that broke it, -2 where the
-    clean input was already wrong, -1 where none did."""
+    clean input was already wrong, -1 where none did (records of other cases are ignored)."""
     position = {int(c): i for i, c in enumerate(index)}
     out = np.full(len(index), -1, np.int32)
     names = [m.name for m in members]
     for r in records:
+        if r.case_id not in position:
+            continue
         if r.attack in names and r.status == "success":
             out[position[r.case_id]] = names.index(r.attack)
         elif r.status == "skipped_clean_wrong":

@@ -1,6 +1,7 @@
 """An AutoAttack evaluation of one model into a folder, from records to release decision:
 what `python -m advjax.evaluate` runs, as one call."""
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,16 +24,24 @@ from advjax.evaluation._autoattack_records import (
 )
 from advjax.evaluation._autoattack_report import cumulative_rows, write_report
 from advjax.evaluation._gate import EXIT_CODES, decide, format_decision, load_policy
+from advjax.evaluation._processes import (
+    process_folder,
+    process_record_files,
+    this_process,
+    wait_for_every_process,
+)
 from advjax.evaluation._sanity import check_finite_loss, check_perturbations
 from advjax.evaluation._summary import run_summary
 from advjax.io import (
     OutputLock,
+    ProcessRecordLog,
     Progress,
     RecordLog,
     add_attack_time,
     atomic_write_json,
     atomic_write_text,
     environment,
+    merge_record_files,
     record_file,
     untimed_records,
 )
@@ -44,9 +53,10 @@ GATE_FILE = "gate.txt"
 
 class Evaluation(NamedTuple):
     """What `run_evaluation` wrote: the run summary, the gate's verdict ("ALLOW", "HOLD",
-    "ROLLBACK"; None without a policy) and its exit code (0 without a policy)."""
+    "ROLLBACK"; None without a policy) and its exit code (0 without a policy). Under
+    `jax.distributed`, processes other than 0 return summary None and exit code 0."""
 
-    summary: dict
+    summary: dict | None
     verdict: str | None
     exit_code: int
 
@@ -62,11 +72,13 @@ def run_evaluation(
     model: str,
     model_hash: str,
     case_ids=None,
+    positions=None,
     classes: int | None = None,
     norm: str = "linf",
     version: str = "standard",
     members: Sequence[str] | None = None,
     batch_size: int = 250,
+    mesh: jax.sharding.Mesh | None = None,
     policy: str | Path | None = None,
     command: str | None = None,
     show_progress: bool = True,
@@ -81,6 +93,17 @@ def run_evaluation(
     added to `attack_seconds.json` (finished or not), so the summary gives the whole
     evaluation's time; `summary.json`, `report.html` and, with a policy, `gate.txt`.
     `members`: a custom member list of registered attacks instead of `version`'s.
+    `positions`: each case's position among all the evaluation's cases (its key's index;
+    default 0 .. n-1). `mesh`: the devices each batch is sharded over (default: this
+    process's devices, where it has several).
+
+    Under `jax.distributed` (more than one process), each process passes only its share of the
+    cases (`advjax.data.load_eval_cases(..., share=engine.this_process())`, with their
+    positions), attacks them on its own devices and appends their records to its own file in
+    `out/processes/I-of-N/` (resumable as one process's); once every process is done, process
+    0 merges the files into `out`'s record file without duplicates and writes the summary, the
+    report and the gate's decision (its model checks on its own share). The records are those
+    of one process on all the cases. The fast version needs every case in one process.
     `classes`: the dataset's class count (default: the model's logits). `command` is recorded in the
     summary. `log_line` receives the threat model, the members, each run's progress and the
     result.
@@ -96,6 +119,14 @@ def run_evaluation(
         raise ValueError(f"eps={eps:g} must be in [0, {limit:g}] for norm {norm} (e.g. 8/255)")
     x, y = np.asarray(x, np.float32), np.asarray(y)
     ids = np.arange(len(y)) if case_ids is None else np.asarray(case_ids)
+    index, count = this_process()
+    if count > 1 and version == "fast" and members is None:
+        raise ValueError("version 'fast' draws its probe from every case left robust: run it "
+                         "in one process")  # fmt: skip
+    if count > 1 and (positions is None or np.any(np.asarray(positions) % count != index)):
+        raise ValueError(f"process {index} of {count}: pass this process's share of the cases "
+                         "and their positions (advjax.data.load_eval_cases(..., share=(index, "
+                         "count)))")  # fmt: skip
     outputs = int(jax.eval_shape(logits_fn, x[:1]).shape[-1])
     classes = outputs if classes is None else classes
     if len(y) and (int(y.min()) < 0 or int(y.max()) >= min(classes, outputs)):
@@ -113,9 +144,18 @@ def run_evaluation(
                  "or a model check shows masked gradients")  # fmt: skip
     else:
         log_line(f"members: {', '.join(m.name for m in scheduled)}")
+    if mesh is None and len(jax.local_devices()) > 1:
+        mesh = jax.make_mesh((len(jax.local_devices()),), ("data",), devices=jax.local_devices())
     out = Path(out)
-    with OutputLock(out):
-        log = RecordLog(record_file(out))
+    with contextlib.ExitStack() as held:
+        if index == 0:
+            held.enter_context(OutputLock(out))
+        if count > 1:
+            own = process_folder(out, index=index, count=count)
+            held.enter_context(OutputLock(own))
+            log = ProcessRecordLog(record_file(own), merged=record_file(out))
+        else:
+            log = RecordLog(record_file(out))
         run_key = {"model": model, "eps": float(eps), "norm": norm, "version": version}
         if members is not None:
             run_key["members"] = list(members)
@@ -139,18 +179,29 @@ def run_evaluation(
         try:
             run_autoattack(
                 log, logits_fn, x, y, eps, key=key, model=model, model_hash=model_hash,
-                case_ids=ids, norm=norm, version=version, members=custom,
-                batch_size=batch_size, on_run=on_run,
+                case_ids=ids, positions=positions, norm=norm, version=version, members=custom,
+                batch_size=batch_size, mesh=mesh, on_run=on_run,
                 on_batch=on_batch if show_progress else None,
             )  # fmt: skip
             finished = True
+            wait_for_every_process("advjax.run_evaluation: records written")
         finally:
             seconds = time.perf_counter() - started
-            runs = add_attack_time(out, run_key, seconds, finished=finished, untimed=untimed)
+            if index == 0:
+                runs = add_attack_time(out, run_key, seconds, finished=finished, untimed=untimed)
+        if index != 0:
+            log_line(f"process {index} of {count}: records in {log.path}; process 0 merges them "
+                     "and writes the summary")  # fmt: skip
+            return Evaluation(None, None, 0)
         total = None if runs[0]["untimed_records_before"] else sum(r["seconds"] for r in runs)
+        if count > 1:
+            merged = merge_record_files(record_file(out), process_record_files(out))
+            log_line(f"merged {merged} records of {count} processes into {record_file(out)}")
+            log = RecordLog(record_file(out))
         records = [r for r in log.read() if r.model == model and r.eps == float(eps)]
         summary, groups, judged = _summary(
             records, logits_fn, x, y, eps, key=key, ids=ids, classes=classes, norm=norm,
+            processes=count,
             version=version, custom=members, scheduled=scheduled, tm=tm, model=model,
         )  # fmt: skip
         summary["extra"].update(
@@ -180,8 +231,9 @@ def run_evaluation(
 
 
 def _summary(records, logits_fn, x, y, eps, *, key, ids, classes, norm, version, custom,
-             scheduled, tm, model):  # fmt: skip
-    """(summary, groups, the members whose verdicts count) of a finished run's records."""
+             scheduled, tm, model, processes):  # fmt: skip
+    """(summary, groups, the members whose verdicts count) of a finished run's records (of
+    every case; `x`, `y`, `ids`: the cases the model checks run on)."""
     groups = aggregate_records(records, num_classes=classes)
     random_model = version == "rand"
     model_checks = probe_checks(logits_fn, x, y, random_model=random_model)
@@ -193,11 +245,13 @@ def _summary(records, logits_fn, x, y, eps, *, key, ids, classes, norm, version,
                                failed=failed)  # fmt: skip
         members, schedule, probe_check = outcome["members"], outcome["schedule"], [outcome["check"]]
         stages = outcome["stages"]
-    broken_by = broken_by_member(records, members, ids)
-    clean_correct = broken_by != -2
+    every = (
+        ids if processes == 1 else np.unique([r.case_id for r in records if r.attack == AUTOATTACK])
+    )
+    clean_correct = broken_by_member(records, members, ids) != -2
     found = [
         *model_checks,
-        *black_box_check(broken_by, members),
+        *black_box_check(broken_by_member(records, members, every), members),
         eps_zero_check(logits_fn, x, y, clean_correct, members, norm, key, random_model),
         *probe_check,
     ]
@@ -218,6 +272,7 @@ def _summary(records, logits_fn, x, y, eps, *, key, ids, classes, norm, version,
             "version": version if custom is None else "custom",
             "schedule": schedule,
             "threat_model_text": tm.describe(),
+            "processes": processes,
             "robust_accuracy_after": [
                 {"after": label, **rate} for label, rate in cumulative_rows(groups, members, model)
             ],

@@ -7,7 +7,9 @@ unbroken, outcomes reported at once), the campaign's and AutoAttack's own loops 
 `Program`, `make_attack_fn`), per-case keys from key paths (`key_from_path`, `case_keys`;
 `key_root`: the run key as the integer that starts every path), the expectation over transformations of a random model (`eot_logits`), an in-memory
 record log (`ListLog`), one campaign group's runner (`attack_group`), AutoAttack's member
-config hash (`member_hash`) and its member lists (`resolve_members`).
+config hash (`member_hash`) and its member lists (`resolve_members`), and an evaluation
+spread over processes with `jax.distributed` (`this_process`, `process_folder`,
+`process_record_files`, `wait_for_every_process`).
 """
 
 from advjax.evaluation._autoattack import resolve_members
@@ -18,6 +20,12 @@ from advjax.evaluation._campaign import ListLog, attack_group
 from advjax.evaluation._early_stop import Program, attack_cases, make_program
 from advjax.evaluation._engine import attack_stages
 from advjax.evaluation._keys import case_keys, key_from_path, key_root
+from advjax.evaluation._processes import (
+    process_folder,
+    process_record_files,
+    this_process,
+    wait_for_every_process,
+)
 
 __all__ = [
     "attack_cases",
@@ -32,6 +40,10 @@ __all__ = [
     "make_attack_fn",
     "make_program",
     "member_hash",
+    "process_folder",
+    "process_record_files",
     "Program",
     "resolve_members",
+    "this_process",
+    "wait_for_every_process",
 ]

@@ -45,9 +45,11 @@ from advjax.io._record_codec import (
     read_lines,
 )
 from advjax.io._record_log import (
+    ProcessRecordLog,
     RecordError,
     RecordLog,
     RecordRepair,
+    merge_record_files,
     read_records,
     record_file,
     repair_records,
@@ -71,8 +73,10 @@ __all__ = [
     "load_checkpoint",
     "load_logits_fn",
     "LockedError",
+    "merge_record_files",
     "model_hash",
     "OutputLock",
+    "ProcessRecordLog",
     "Progress",
     "read_checkpoint",
     "read_lines",

@@ -193,6 +193,35 @@ class RecordLog:
         return len(batch)
 
 
+class ProcessRecordLog(RecordLog):
+    """One process's record file of a run spread over processes: it appends to its own file
+    (`path`) and counts as written every record of the run's merged file (`merged`, read once
+    on opening), so a process resumes past the cases any earlier run decided, however the
+    cases were shared then.
+
+    `read()`, `keys`, `in` and `hashes` cover both files; `append` writes to `path` only.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, merged: str | os.PathLike):
+        super().__init__(path)
+        self.merged = Path(merged)
+        for record in read_records(self.merged) if self.merged.is_file() else []:
+            if record.key not in self._keys:
+                self._keys.add(record.key)
+                self._records.append(record)
+                self._note_hashes(record)
+
+
+def merge_record_files(target: str | os.PathLike, sources: Iterable[str | os.PathLike]) -> int:
+    """Append to the record file `target` every record of `sources` whose key it lacks (the
+    first copy of a key wins; the sources stay as they are); return how many.
+
+    Merging again after a kill adds only what the first merge had not: never a duplicate.
+    """
+    log = RecordLog(target)
+    return sum(log.append(read_records(source), skip_existing=True) for source in sources)
+
+
 def _duplicate_message(path: Path, number: int, key: tuple, first_line: dict) -> str:
     return (
         f"{path}:{number}: duplicate record for {key} (first at line {first_line[key]}); run "

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from advjax.io import read_lines
 from advjax.text.data import TEXT_DIR_ENV
 from advjax.text.score import main
 from advjax.text.translate import (
     PairScore,
     chrf,
-    read_lines,
     relative_decrease,
     score_corpus,
     score_files,

@@ -25,6 +25,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
 from advjax.evaluation._metrics import rate
+from advjax.io import read_lines
 
 METRICS = ("chrf", "bleu")
 
@@ -129,21 +130,6 @@ def score_corpus(
     return [score_pair(*line, metric=metric) for line in zip(src, adv_src, ref, out, adv_out)]
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file without their newline characters.
-
-    Raises:
-      ValueError: the file is empty.
-    """
-    text = Path(path).read_text(encoding="utf-8")
-    if not text:
-        raise ValueError(f"{path} is empty")
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
-
-
 def score_files(
     src: str | Path,
     adv_src: str | Path,
@@ -153,14 +139,19 @@ def score_files(
     *,
     metric: str = "chrf",
 ) -> list[PairScore]:
-    """`score_corpus` on five aligned files, one sentence per line (`read_lines`).
+    """`score_corpus` on five aligned files, one sentence per line (`advjax.io.read_lines`;
+    a carriage return ending a line is dropped).
 
     Raises:
       ValueError: an empty file, or line counts that differ (every file named with its count).
       OSError: a file that cannot be read.
     """
     paths = {"src": src, "adv_src": adv_src, "ref": ref, "out": out, "adv_out": adv_out}
-    columns = {name: read_lines(path) for name, path in paths.items()}
+    columns = {}
+    for name, path in paths.items():
+        columns[name] = [line.rstrip("\r") for line in read_lines(path)]
+        if not Path(path).stat().st_size:
+            raise ValueError(f"{path} is empty")
     if len({len(c) for c in columns.values()}) != 1:
         raise ValueError("mismatched line counts: "
                          + ", ".join(f"{paths[k]}: {len(v)}" for k, v in columns.items()))  # fmt: skip
