@@ -68,11 +68,12 @@ def per_example_dlr(logits: Array, labels: Array) -> Array:
     return -(true - other) / (top[:, 0] - top[:, 2] + TINY)
 
 
-def per_example_targeted_dlr(logits: Array, labels: Array, targets: Array) -> Array:
-    """Targeted DLR, -(z_y - z_t) / (z_pi1 - (z_pi3 + z_pi4) / 2): pushes z_t above z_y."""
+def per_example_targeted_dlr(logits: Array, labels: Array, target: Array) -> Array:
+    """Targeted DLR, -(z_y - z_t) / (z_pi1 - (z_pi3 + z_pi4) / 2): pushes z_t above z_y, t
+    each case's `target` class (as `pgd(target=)` takes it)."""
     if logits.shape[-1] < 4:
         raise ValueError(f"the targeted DLR loss needs >= 4 classes, got {logits.shape=}")
     top = lax.top_k(logits, 4)[0]
     true = jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
-    target = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-    return -(true - target) / (top[:, 0] - 0.5 * (top[:, 2] + top[:, 3]) + TINY)
+    aimed = jnp.take_along_axis(logits, target[:, None], axis=-1)[:, 0]
+    return -(true - aimed) / (top[:, 0] - 0.5 * (top[:, 2] + top[:, 3]) + TINY)
