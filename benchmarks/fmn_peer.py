@@ -226,7 +226,7 @@ def markdown(r: dict) -> str:
         f"Model passes per case: advjax {ours['forward']} forward and {ours['backward']} backward "
         f"(the last {ours['forward'] - r['steps']} forward passes and "
         f"{ours['backward'] - r['steps']} backward pass confirm the point it returns with a margin, "
-        f"its push bisected), Foolbox {peer['forward']} and {peer['backward']}. A case counts as found where "
+        f"its push bisected, then draw it toward x as far as it stays confirmed), Foolbox {peer['forward']} and {peer['backward']}. A case counts as found where "
         'one jitted forward pass misclassifies the returned point; "cases no larger" counts, '
         "among the cases both found, those where the library's perturbation is at most the "
         f"other's (relative tolerance {TIE:g}: advjax's confirming margin costs a boundary point "
