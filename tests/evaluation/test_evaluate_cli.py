@@ -168,8 +168,9 @@ def test_a_custom_member_list_from_the_registry_writes_each_members_records(tmp_
     assert attacked > 0 and robust_after_apgd, (attacked, robust_after_apgd)
     assert passes["apgd-ce"] == (attacked * 101, attacked * 101), "100 steps: 101 of each"
     # FMN: 100 steps of one of each, then its point's margin confirmation (one of each, two
-    # forward passes of pushed points and four of the push's bisection)
-    assert passes["fmn"] == (len(robust_after_apgd) * 107, len(robust_after_apgd) * 101)
+    # forward passes of pushed points and four of the push's bisection), then ten forward
+    # passes drawing the point toward x
+    assert passes["fmn"] == (len(robust_after_apgd) * 117, len(robust_after_apgd) * 101)
     assert "members: apgd-ce, fmn" in capsys.readouterr().out
 
 
