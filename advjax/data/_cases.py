@@ -7,7 +7,7 @@ import numpy as np
 
 from advjax.data._cifar10 import DataError, load_cifar10
 from advjax.data._npz import load_npz
-from advjax.data._splits import share_positions, study_eval_indices
+from advjax.data._splits import check_case_count, share_positions, study_eval_indices
 from advjax.data._tfds import load_tfds
 
 CIFAR10 = "cifar10"
@@ -64,7 +64,7 @@ def load_eval_cases(
     if data == CIFAR10:
         labels = load_cifar10(data_dir, splits=("test",))
         total, n = len(labels.test_labels), CIFAR10_CASES if n is None else n
-        _check_n(n, total, name)
+        check_case_count(n, total, name)
         if n == total:
             index = np.arange(total)
         else:
@@ -77,13 +77,8 @@ def load_eval_cases(
     if Path(data).suffix == ".npz":
         x, y = load_npz(data, name=name)
         n = len(y) if n is None else n
-        _check_n(n, len(y), name)
+        check_case_count(n, len(y), name)
         pos = share_positions(n, share)
         return EvalCases(x[pos], y[pos], pos, None, pos)
     raise DataError(f"{name} {data!r}: expected {CIFAR10}, a .npz file with x and y, or "
                     f"{TFDS_PREFIX}DATASET (any TFDS image classification dataset)")  # fmt: skip
-
-
-def _check_n(n, total: int, name: str) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= total:
-        raise DataError(f"{name}: n={n!r} must be in [1, {total}] (the cases there are)")

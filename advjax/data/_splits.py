@@ -11,6 +11,8 @@ import jax
 import numpy as np
 from jax.typing import ArrayLike
 
+from advjax.data._cifar10 import DataError
+
 _TRAIN_STREAM, _VAL_STREAM, _EVAL_STREAM = 0, 1, 2
 
 
@@ -154,6 +156,12 @@ def study_eval_indices(
     """
     key = jax.random.fold_in(_study_key(seed), _EVAL_STREAM)
     return stratified_indices(test_labels, eval_size, key)
+
+
+def check_case_count(n, total: int, where: str) -> None:
+    """Raise DataError (naming `where`) unless `n` is an integer in [1, total]."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= total:
+        raise DataError(f"{where}: n={n!r} must be in [1, {total}] (the cases there are)")
 
 
 def share_positions(n: int, share: tuple[int, int] | None = None) -> np.ndarray:

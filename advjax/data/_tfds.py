@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 
 from advjax.data._cifar10 import DataError
-from advjax.data._splits import share_positions
+from advjax.data._splits import check_case_count, share_positions
 
 
 def _keys(info, where: str) -> tuple[str, str]:
@@ -59,8 +59,7 @@ def load_tfds(
         raise DataError(f"{where}: {label_key!r} is not a class label ({type(label).__name__})")
     total = len(source)
     n = total if n is None else n
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= total:
-        raise DataError(f"{where}: n={n!r} must be in [1, {total}] (its examples)")
+    check_case_count(n, total, where)
     positions = share_positions(n, share)
     examples = [source[int(i)] for i in positions]
     shapes = {np.shape(e[image_key]) for e in examples}

@@ -134,10 +134,10 @@ def run_autoattack(
 
     Case i draws from fold_in(key, positions[i]), as `autoattack` does for position i of its
     x (default positions: 0 .. n-1), so a resumed run equals an uninterrupted one, and a share
-    of the cases (one process's, `advjax.evaluation.engine.process_share`) given with its
-    positions gives every case the records it gets among all of them. Each record's key path
-    starts with the key as one integer (`key_root`: the seed of `jax.random.key(seed)`). `on_run` and `on_batch` report
-    progress after each run and each batch (see `attack_members`).
+    of the cases (one process's, `advjax.data.share_positions`) given with its positions gives
+    every case the records it gets among all of them. Each record's key path starts with the
+    key as one integer (`key_root`: the seed of `jax.random.key(seed)`). `on_run` and
+    `on_batch` report progress after each run and each batch (see `attack_members`).
 
     Raises:
       ValueError: `log` holds records of `model` made with another model hash, or of a

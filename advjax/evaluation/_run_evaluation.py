@@ -10,6 +10,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from advjax.attacks import check_budget
 from advjax.evaluation._aggregate import aggregate_records
 from advjax.evaluation._autoattack import FAST, Member, eps_zero_check
 from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
@@ -114,9 +115,7 @@ def run_evaluation(
         `out` of another model version or attack config (nothing is appended then).
       LockedError: another live process holds `out`.
     """
-    limit = 1.0 if norm == "linf" else float("inf")
-    if not 0 <= eps <= limit:
-        raise ValueError(f"eps={eps:g} must be in [0, {limit:g}] for norm {norm} (e.g. 8/255)")
+    check_budget(eps, norm)
     x, y = np.asarray(x, np.float32), np.asarray(y)
     ids = np.arange(len(y)) if case_ids is None else np.asarray(case_ids)
     index, count = this_process()

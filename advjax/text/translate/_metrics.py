@@ -150,7 +150,7 @@ def score_files(
     columns = {}
     for name, path in paths.items():
         columns[name] = [line.rstrip("\r") for line in read_lines(path)]
-        if not Path(path).stat().st_size:
+        if not columns[name]:
             raise ValueError(f"{path} is empty")
     if len({len(c) for c in columns.values()}) != 1:
         raise ValueError("mismatched line counts: "
