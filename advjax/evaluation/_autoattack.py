@@ -317,7 +317,7 @@ def autoattack(
     robust = clean_correct & (broken_by == -1)
     found = tuple(
         run_checks(logits_fn, x, y, eps, x_adv, broken_by, members, norm=norm,
-                   random_model=random_model)
+                   random_model=random_model, model_checks=out["model_checks"] if fast else None)
     ) if checks else ()  # fmt: skip
     if checks:
         found += extra

@@ -145,10 +145,14 @@ def ball_check(x, x_adv, eps, norm) -> Check:
     )
 
 
-def run_checks(logits_fn, x, y, eps, x_adv, broken_by, members, *, norm, random_model):
-    """The named checks of one AutoAttack result."""
+def run_checks(logits_fn, x, y, eps, x_adv, broken_by, members, *, norm, random_model,
+               model_checks=None):  # fmt: skip
+    """The named checks of one AutoAttack result (`model_checks`: those of `probe_checks`
+    where they already ran on these cases)."""
+    if model_checks is None:
+        model_checks = probe_checks(logits_fn, x, y, random_model=random_model)
     return [
-        *probe_checks(logits_fn, x, y, random_model=random_model),
+        *model_checks,
         ball_check(x, x_adv, eps, norm),
         *black_box_check(broken_by, members),
     ]

@@ -83,17 +83,12 @@ def probe_verdict(broke: int, sample: int, left: int, failed) -> tuple[bool, str
     return escalate, schedule, check
 
 
-def failed_model_checks(logits_fn, x, y) -> list[str]:
-    """The model checks that send the fast version to the standard members when they fail."""
-    return [c.name for c in probe_checks(logits_fn, x, y, random_model=False) if not c.passed]
-
-
 def run_fast(logits_fn, x, y, eps, *, key, norm, batch_size, clean_correct, schedule,
              mesh=None, mesh_axis="data", on_run=None, probe_cases=PROBE_CASES):  # fmt: skip
     """The fast schedule (`FastMembers`) on cases x, y: a dict of the combined outcome
     (x_adv, broken_by, queries, the members whose verdicts count, `spent`: the (member,
     queries, label) of every stage run, the probe's `Check` and the schedule's one-line
-    account)."""
+    account, and the model checks it ran, which decide the escalation with the probe)."""
     always, probe, escalation = schedule
     common = dict(key=key, norm=norm, batch_size=batch_size, mesh=mesh, mesh_axis=mesh_axis,
                   on_run=on_run)  # fmt: skip
@@ -111,9 +106,9 @@ def run_fast(logits_fn, x, y, eps, *, key, norm, batch_size, clean_correct, sche
         broke = int(np.sum(seen.broken_by >= 0))
         queries[sample] += seen.queries
         spent += [(m, q, probe_name(m)) for m, q in zip(probe, seen.stage_queries)]
-    escalate, account, check = probe_verdict(
-        broke, len(sample), len(left), failed_model_checks(logits_fn, x, y)
-    )
+    model_checks = probe_checks(logits_fn, x, y, random_model=False)
+    failed = [c.name for c in model_checks if not c.passed]
+    escalate, account, check = probe_verdict(broke, len(sample), len(left), failed)
     members = always
     if escalate and len(left):
         rest = attack_members(logits_fn, x[left], y[left], eps, members=escalation,
@@ -127,7 +122,7 @@ def run_fast(logits_fn, x, y, eps, *, key, norm, batch_size, clean_correct, sche
         spent += [(m, q, m.name) for m, q in zip(escalation, rest.stage_queries)]
     return {
         "x_adv": x_adv, "broken_by": broken_by, "queries": queries, "members": members,
-        "spent": spent, "check": check, "schedule": account,
+        "spent": spent, "check": check, "schedule": account, "model_checks": model_checks,
     }  # fmt: skip
 
 

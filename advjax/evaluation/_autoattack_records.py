@@ -28,9 +28,9 @@ from advjax.evaluation._autoattack import (
     perturbation_sizes,
     resolve_members,
 )
+from advjax.evaluation._autoattack_checks import probe_checks
 from advjax.evaluation._autoattack_fast import (
     PROBE_CASES,
-    failed_model_checks,
     probe_name,
     probe_sample,
     probe_verdict,
@@ -38,6 +38,8 @@ from advjax.evaluation._autoattack_fast import (
 from advjax.evaluation._autoattack_stages import attack_members
 from advjax.evaluation._campaign import check_record_hashes
 from advjax.evaluation._keys import key_root, root_key
+from advjax.evaluation._processes import gather_from_every_process
+from advjax.evaluation._sanity import Check
 from advjax.evaluation._threat_model import ThreatModel
 from advjax.io._case_record import ROBUST_STATUSES, CaseRecord, classify_status
 from advjax.io._record_log import RecordLog
@@ -135,7 +137,9 @@ def run_autoattack(
     Case i draws from fold_in(key, positions[i]), as `autoattack` does for position i of its
     x (default positions: 0 .. n-1), so a resumed run equals an uninterrupted one, and a share
     of the cases (one process's, `advjax.data.share_positions`) given with its positions gives
-    every case the records it gets among all of them. Each record's key path starts with the
+    every case the records it gets among all of them; under `jax.distributed` the fast
+    version's processes exchange between its phases what its probe and escalation need
+    (every process must then call it). Each record's key path starts with the
     key as one integer (`key_root`: the seed of `jax.random.key(seed)`). `on_run` and
     `on_batch` report progress after each run and each batch (see `attack_members`).
 
@@ -154,9 +158,6 @@ def run_autoattack(
     if len(ids) != len(y) or len(pos) != len(y):
         raise ValueError(f"case_ids and positions must give one entry per case: {len(y)} cases, "
                          f"{len(ids)} ids, {len(pos)} positions")  # fmt: skip
-    if fast and positions is not None:
-        raise ValueError("version 'fast' draws its probe from every case left robust: run it "
-                         "on all the cases in one process (positions=None)")  # fmt: skip
     tm = autoattack_threat_model(eps, every, norm)
     attack_hashes = {m.name: member_hash(m, norm) for m in members}
     if fast:
@@ -189,22 +190,62 @@ def run_autoattack(
     if not fast:
         chain, counted = members, ()
     else:
-        outcome = fast_outcome(log.read(), model=model, eps=eps, key=key, ids=ids,
-                               failed=failed_model_checks(logits_fn, x, y))  # fmt: skip
-        sample = outcome["sample"]
-        _run_phase(FAST.probe, [probe_name(m) for m in FAST.probe], sample, **common)
-        outcome = fast_outcome(log.read(), model=model, eps=eps, key=key, ids=ids,
-                               failed=outcome["failed"])  # fmt: skip
-        if outcome["escalate"]:
-            _run_phase(FAST.escalation, [m.name for m in FAST.escalation], outcome["left"],
-                       **common)  # fmt: skip
-        chain, counted = outcome["members"], [probe_name(m) for m in FAST.probe]
+        chain = _fast_phases(log, logits_fn, common)
+        counted = [probe_name(m) for m in FAST.probe]
     derived = autoattack_records(
         log.read(), chain, model=model, eps=eps, case_ids=ids, norm=norm,
         digest=attack_hashes[AUTOATTACK], counted=counted,
     )  # fmt: skip
     log.append(derived, skip_existing=True)
     return derived
+
+
+def _fast_phases(log, logits_fn, common) -> tuple:
+    """The fast version's probe and escalation after APGD-CE and MALT (`FastMembers`), on
+    this process's share of the cases, its decisions those of one process on all of them:
+    the processes exchange the positions they left robust (the probe's sample is drawn from
+    all of them), what the probe broke and which model checks failed on their first cases
+    (any process's failure escalates); the members whose verdicts count."""
+    model, eps, key = common["model"], common["eps"], common["key"]
+    x, y, ids, pos = common["x"], common["y"], common["ids"], common["pos"]
+    checks = model_checks_on_every_process(probe_checks(logits_fn, x, y, random_model=False))
+    failed = [c.name for c in checks if not c.passed]
+    here = set(ids.tolist())
+
+    def records():
+        return [r for r in log.read() if (r.model, r.eps) == (model, eps) and r.case_id in here]
+
+    local = broken_by_member(records(), FAST.always, ids)
+    left = np.sort(gather_from_every_process(pos[local == -1]))
+    sample = probe_sample(key, left)
+    _run_phase(FAST.probe, [probe_name(m) for m in FAST.probe], np.flatnonzero(np.isin(pos, sample)),
+               **common)  # fmt: skip
+    probes = {probe_name(m) for m in FAST.probe}
+    broke = len({r.case_id for r in records() if r.attack in probes and r.status == "success"})
+    broke = int(gather_from_every_process([broke]).sum())
+    escalate, _, _ = probe_verdict(broke, len(sample), len(left), failed)
+    ran = bool({m.name for m in FAST.escalation} & {r.attack for r in records()})
+    if escalate:
+        _run_phase(FAST.escalation, [m.name for m in FAST.escalation], np.flatnonzero(local == -1),
+                   **common)  # fmt: skip
+    escalated = bool(gather_from_every_process([escalate or ran]).any())
+    return FAST.always + FAST.escalation if escalated else FAST.always
+
+
+def model_checks_on_every_process(checks: Sequence[Check]) -> list[Check]:
+    """`checks`, each passed only where it passed on every process (each ran it on the first
+    cases of its own share); the same checks in one process."""
+    count = jax.process_count()
+    if count == 1:
+        return list(checks)
+    passed = gather_from_every_process([c.passed for c in checks]).reshape(count, len(checks))
+    out = []
+    for j, c in enumerate(checks):
+        failing = [int(i) for i in np.flatnonzero(passed[:, j] == 0)]
+        where = (f"failed on the first cases of process(es) {', '.join(map(str, failing))} of {count}"
+                 if failing else f"passed on the first cases of each of the {count} processes")  # fmt: skip
+        out.append(Check(c.name, not failing, f"{c.evidence}; {where}"))
+    return out
 
 
 def _run_phase(members, names, positions, *, log, logits_fn, x, y, eps, key, ids, pos, clean, tm,
@@ -236,19 +277,21 @@ def _run_phase(members, names, positions, *, log, logits_fn, x, y, eps, key, ids
     )  # fmt: skip
 
 
-def fast_outcome(records, *, model: str, eps: float, key, ids, failed) -> dict:
-    """Where a fast run stands, read from its records: `left` (positions APGD-CE and MALT
-    left robust), the probe's `sample` of them, how many the probe broke, whether to
-    escalate, the members whose verdicts count, every stage that ran as (member, record
-    name) in order, the schedule's account and the `masking_probe` check. Needs every
-    case's APGD-CE and MALT records."""
+def fast_outcome(records, *, model: str, eps: float, key, failed) -> dict:
+    """Where a fast run stands, read from its records of every case: `left` (the positions,
+    the second element of the records' key paths, that APGD-CE and MALT left robust), the
+    probe's `sample` of them, how many the probe broke, whether to escalate, the members
+    whose verdicts count, every stage that ran as (member, record name) in order, the
+    schedule's account and the `masking_probe` check. Needs every case's APGD-CE and MALT
+    records."""
     mine = [r for r in records if r.model == model and r.eps == eps]
-    broken_by = broken_by_member(mine, FAST.always, ids)
-    left = np.flatnonzero(broken_by == -1)
+    position = {r.case_id: int(r.key_path[1]) for r in mine}
+    ids = np.array(sorted(position, key=position.get), np.int64)
+    positions = np.array([position[int(c)] for c in ids], np.int64)
+    left = positions[broken_by_member(mine, FAST.always, ids) == -1]
     sample = probe_sample(key, left)
     probes = {probe_name(m) for m in FAST.probe}
-    position = {int(c): i for i, c in enumerate(ids)}
-    broke = len({position[r.case_id] for r in mine if r.attack in probes and r.status == "success"})
+    broke = len({r.case_id for r in mine if r.attack in probes and r.status == "success"})
     escalate, schedule, check = probe_verdict(broke, len(sample), len(left), failed)
     escalated = escalate or bool({m.name for m in FAST.escalation} & {r.attack for r in mine})
     stages = [(m, m.name) for m in FAST.always] + [(m, probe_name(m)) for m in FAST.probe]

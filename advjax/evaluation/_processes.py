@@ -4,15 +4,18 @@ them once every process is done.
 
 Attacks need no communication between cases, and the early-stop engine drops each case as
 soon as it is decided, so the processes run independently (no program spans processes:
-one that did would hold every process to the slowest one's batches) and meet once, at the
-end, in a barrier over every device (`jax.experimental.multihost_utils`; on CPUs it needs
-collectives: `jax.config.update("jax_cpu_collectives_implementation", "gloo")` before
-`jax.distributed.initialize`).
+one that did would hold every process to the slowest one's batches) and meet at the end, in
+a barrier over every device; the fast version also meets between its phases, to exchange
+the positions each process left robust and its probe's findings
+(`gather_from_every_process`). Both use `jax.experimental.multihost_utils`; on CPUs they
+need collectives: `jax.config.update("jax_cpu_collectives_implementation", "gloo")` before
+`jax.distributed.initialize`.
 """
 
 from pathlib import Path
 
 import jax
+import numpy as np
 
 PROCESS_FOLDER = "processes"
 
@@ -41,3 +44,18 @@ def wait_for_every_process(name: str) -> None:
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices(name)
+
+
+def gather_from_every_process(values) -> np.ndarray:
+    """Every process's 1-D int32 `values` (lengths may differ), concatenated in process order;
+    `values` itself in one process. A collective: every process must call it."""
+    values = np.asarray(values, np.int32).reshape(-1)
+    if jax.process_count() == 1:
+        return values
+    from jax.experimental import multihost_utils
+
+    lengths = np.asarray(multihost_utils.process_allgather(np.array([len(values)], np.int32)))
+    padded = np.zeros(int(lengths.max()), np.int32)
+    padded[: len(values)] = values
+    every = np.asarray(multihost_utils.process_allgather(padded))
+    return np.concatenate([row[: int(n)] for row, n in zip(every, lengths.reshape(-1))])

@@ -20,6 +20,7 @@ from advjax.evaluation._autoattack_records import (
     broken_by_member,
     fast_outcome,
     member_passes,
+    model_checks_on_every_process,
     run_autoattack,
     schedule_members,
 )
@@ -103,8 +104,10 @@ def run_evaluation(
     positions), attacks them on its own devices and appends their records to its own file in
     `out/processes/I-of-N/` (resumable as one process's); once every process is done, process
     0 merges the files into `out`'s record file without duplicates and writes the summary, the
-    report and the gate's decision (its model checks on its own share). The records are those
-    of one process on all the cases. The fast version needs every case in one process.
+    report and the gate's decision (each model check run on the first cases of every
+    process's share, passed where it passed on all). The records are those of one process on
+    all the cases; the fast version's processes exchange what its probe needs between its
+    phases (a model check failing on any process's cases escalates).
     `classes`: the dataset's class count (default: the model's logits). `command` is recorded in the
     summary. `log_line` receives the threat model, the members, each run's progress and the
     result.
@@ -119,9 +122,6 @@ def run_evaluation(
     x, y = np.asarray(x, np.float32), np.asarray(y)
     ids = np.arange(len(y)) if case_ids is None else np.asarray(case_ids)
     index, count = this_process()
-    if count > 1 and version == "fast" and members is None:
-        raise ValueError("version 'fast' draws its probe from every case left robust: run it "
-                         "in one process")  # fmt: skip
     if count > 1 and (positions is None or np.any(np.asarray(positions) % count != index)):
         raise ValueError(f"process {index} of {count}: pass this process's share of the cases "
                          "and their positions (advjax.data.load_eval_cases(..., share=(index, "
@@ -184,6 +184,9 @@ def run_evaluation(
             )  # fmt: skip
             finished = True
             wait_for_every_process("advjax.run_evaluation: records written")
+            model_checks = model_checks_on_every_process(
+                probe_checks(logits_fn, x, y, random_model=version == "rand")
+            )
         finally:
             seconds = time.perf_counter() - started
             if index == 0:
@@ -200,7 +203,7 @@ def run_evaluation(
         records = [r for r in log.read() if r.model == model and r.eps == float(eps)]
         summary, groups, judged = _summary(
             records, logits_fn, x, y, eps, key=key, ids=ids, classes=classes, norm=norm,
-            processes=count,
+            processes=count, model_checks=model_checks,
             version=version, custom=members, scheduled=scheduled, tm=tm, model=model,
         )  # fmt: skip
         summary["extra"].update(
@@ -230,18 +233,17 @@ def run_evaluation(
 
 
 def _summary(records, logits_fn, x, y, eps, *, key, ids, classes, norm, version, custom,
-             scheduled, tm, model, processes):  # fmt: skip
+             scheduled, tm, model, processes, model_checks):  # fmt: skip
     """(summary, groups, the members whose verdicts count) of a finished run's records (of
-    every case; `x`, `y`, `ids`: the cases the model checks run on)."""
+    every case; `x`, `y`, `ids`: this process's cases, which the eps-zero check runs on;
+    `model_checks`: those of every process)."""
     groups = aggregate_records(records, num_classes=classes)
     random_model = version == "rand"
-    model_checks = probe_checks(logits_fn, x, y, random_model=random_model)
     members, schedule, probe_check = scheduled, None, []
     stages = [(m, m.name) for m in members]
     if version == "fast" and custom is None:
         failed = [c.name for c in model_checks if not c.passed]
-        outcome = fast_outcome(records, model=model, eps=float(eps), key=key, ids=ids,
-                               failed=failed)  # fmt: skip
+        outcome = fast_outcome(records, model=model, eps=float(eps), key=key, failed=failed)
         members, schedule, probe_check = outcome["members"], outcome["schedule"], [outcome["check"]]
         stages = outcome["stages"]
     every = (

@@ -2,18 +2,22 @@
 (CPU collectives by gloo), two devices each, give every case the records one process gives,
 merged once without duplicates; a process killed mid-run resumes from its own records."""
 
+import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 from advjax.data import share_positions
 from advjax.evaluate import main
-from advjax.io import ProcessRecordLog, merge_record_files, read_records, record_file
+from advjax.evaluation import AttackSpec, ThreatModel, run_attack
+from advjax.io import ProcessRecordLog, RecordLog, merge_record_files, read_records, record_file
+from tests.evaluation.cli_models import small_linear_logits_fn
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "tests.evaluation.cli_models:small_linear_logits_fn"
@@ -31,8 +35,8 @@ def _dataset(path: Path) -> str:
     return str(path)
 
 
-def _argv(data: str, out: Path, members: str = "apgd-ce,apgd-t,square") -> list[str]:
-    return ["--model", MODEL, "--data", data, "--members", members,
+def _argv(data: str, out: Path, version: list[str]) -> list[str]:
+    return ["--model", MODEL, "--data", data, *version,
             "--eps", "2/255", "--batch-size", "8", "--no-progress", "--out", str(out)]  # fmt: skip
 
 
@@ -50,9 +54,16 @@ def test_the_share_of_each_process_covers_every_case_once():
 
 
 @pytest.mark.slow
-def test_two_processes_of_two_devices_give_the_records_of_one_process(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "version",
+    [["--members", "apgd-ce,apgd-t,square"], ["--version", "fast"]],
+    ids=["members", "fast"],
+)
+def test_two_processes_of_two_devices_give_the_records_of_one_process(tmp_path, capsys, version):
+    """The fast version too: its processes exchange the cases left robust, so the probe's
+    sample, its findings and the escalation are those of one process."""
     data = _dataset(tmp_path / "set.npz")
-    assert main(_argv(data, tmp_path / "one")) == 0, capsys.readouterr()
+    assert main(_argv(data, tmp_path / "one", version)) == 0, capsys.readouterr()
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
            "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}  # fmt: skip
     port = _free_port()
@@ -62,7 +73,7 @@ def test_two_processes_of_two_devices_give_the_records_of_one_process(tmp_path, 
                 sys.executable,
                 "-m",
                 "advjax.evaluate",
-                *_argv(data, tmp_path / "two"),
+                *_argv(data, tmp_path / "two", version),
                 "--coordinator",
                 f"localhost:{port}",
                 "--processes",
@@ -86,15 +97,54 @@ def test_two_processes_of_two_devices_give_the_records_of_one_process(tmp_path, 
     for i in range(2):
         own = read_records(tmp_path / "two" / "processes" / f"{i}-of-2" / "records.jsonl.gz")
         assert {r.case_id % 2 for r in own} == {i}
-    summary = (tmp_path / "two" / "summary.json").read_text()
-    assert '"processes": 2' in summary
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["extra"]["processes"] == 2
+    if version[0] == "--version":
+        alone = json.loads((tmp_path / "one" / "summary.json").read_text())["extra"]
+        assert summary["extra"]["schedule"] == alone["schedule"]
+        assert {r.attack for r in read_records(record_file(tmp_path / "two"))} >= {
+            "apgd-ce", "malt", "fab-t (probe)", "square (probe)"
+        }  # fmt: skip
+
+
+def test_a_campaign_shared_over_processes_merges_to_the_records_of_one_run(tmp_path):
+    """The study's campaigns spread as AutoAttack does: `run_attack` on each share into its
+    own process log, the files merged, equal the records of one run on all the cases (a
+    case's keys are named by its case id)."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 1, (20, 8, 8, 3)).astype(np.float32)
+    y = np.arange(20) % 4
+    logits_fn = small_linear_logits_fn()
+    spec = AttackSpec(name="pgd", method="pgd", eps=(2 / 255, 8 / 255), steps=5, restarts=2,
+                      batch_size=8)  # fmt: skip
+    tm = ThreatModel(eps=spec.eps, steps=5, restarts=2)
+
+    def attack(log, share):
+        at = share_positions(len(y), share)
+        run_attack(log, threat_model=tm, spec=spec, model="m", model_hash="h",
+                   logits_fn=logits_fn, x=x[at], y=y[at], case_ids=at, key=jax.random.key(4),
+                   show_progress=False, log_line=lambda _: None)  # fmt: skip
+
+    attack(RecordLog(tmp_path / "one.jsonl.gz"), None)
+    merged = tmp_path / "two" / "records.jsonl.gz"
+    for i in range(2):
+        own = tmp_path / "two" / "processes" / f"{i}-of-2" / "records.jsonl.gz"
+        own.parent.mkdir(parents=True)
+        attack(ProcessRecordLog(own, merged=merged), (i, 2))
+    assert merge_record_files(merged, sorted((tmp_path / "two").glob("processes/*/*.gz"))) == 40
+
+    def by_key(path):
+        return {r.key: r.to_dict() for r in read_records(path)}
+
+    one = by_key(tmp_path / "one.jsonl.gz")
+    assert len(one) == 40 and by_key(merged) == one
 
 
 def test_a_process_log_resumes_past_merged_records_and_merging_twice_adds_nothing(tmp_path):
     """A process's log counts the run's merged records as written, appends only to its own
     file, and a second merge (after a kill during the first) duplicates nothing."""
     data = _dataset(tmp_path / "set.npz")
-    assert main(_argv(data, tmp_path / "run", members="apgd-ce")) == 0
+    assert main(_argv(data, tmp_path / "run", ["--members", "apgd-ce"])) == 0
     merged = record_file(tmp_path / "run")
     records = read_records(merged)
     own_path = tmp_path / "run" / "processes" / "0-of-2" / "records.jsonl.gz"
