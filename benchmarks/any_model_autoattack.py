@@ -14,7 +14,6 @@ Reports robust accuracy, per-case agreement, each member's seconds and advjax's 
 evaluations, to `<out>/any_model_autoattack.{json,md}`. Run it on an otherwise idle machine.
 """
 
-import argparse
 import resource
 import sys
 from pathlib import Path
@@ -30,25 +29,24 @@ DEFAULT_STUDY = REPO / "results" / "cifar10" / "default"
 
 def main(argv=None) -> dict:
     backend.configure()
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
-    p.add_argument("--study", default=str(DEFAULT_STUDY), help="whose evaluation images to use")
-    p.add_argument("--n", type=int, default=500)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--torch-python", default=str(REPO / ".torchvenv" / "bin" / "python"))
-    p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
-    p.add_argument("--data-dir", default=None)
-    args = p.parse_args(argv)
+    from benchmarks.autoattack_peer import peer_parser
 
-    import jax
+    p = peer_parser(__doc__, n=500)
+    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
+    p.set_defaults(study=str(DEFAULT_STUDY))
+    args = p.parse_args(argv)
 
     from advjax.evaluation.engine import resolve_members
     from advjax.evaluation.stats import format_rate, rate
     from advjax.io import environment, load_checkpoint
     from advjax.model import eval_logits_fn
-    from benchmarks.autoattack_peer import full_budget, run_advjax, run_torch_script, study_images
+    from benchmarks.autoattack_peer import (
+        batched_logits,
+        full_budget,
+        run_advjax,
+        run_torch_script,
+        study_images,
+    )
     from benchmarks.machine import load_average
     from benchmarks.report import write_report
     from benchmarks.user_models import plain_compact_cnn
@@ -56,11 +54,8 @@ def main(argv=None) -> dict:
     x, y = study_images(args.study, args.n, args.data_dir)
     model, variables = load_checkpoint(args.checkpoint)
     plain = plain_compact_cnn(variables, model.activation)
-    batches = range(0, len(y), 250)
-    logits = np.concatenate([np.asarray(jax.jit(plain)(x[i : i + 250])) for i in batches])
-    own = np.concatenate(
-        [np.asarray(jax.jit(eval_logits_fn(model, variables))(x[i : i + 250])) for i in batches]
-    )
+    logits = batched_logits(plain, x)
+    own = batched_logits(eval_logits_fn(model, variables), x)
     load_start = load_average()
     result, seconds, member_seconds = run_advjax(plain, x, y, 8 / 255, args.seed)
     advjax_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

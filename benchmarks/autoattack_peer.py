@@ -92,6 +92,35 @@ def study_images(study_dir, n: int, data_dir=None) -> tuple[np.ndarray, np.ndarr
     return np.asarray(to_float(data.test_images[index])), data.test_labels[index]
 
 
+def peer_parser(doc: str, *, n: int) -> argparse.ArgumentParser:
+    """The arguments the AutoAttack peer benchmarks share: whose images (`--study`, `--n`,
+    `--data-dir`), `--seed`, the PyTorch environment's interpreter and `--out`; each adds the
+    model it evaluates."""
+    p = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--study", default=str(DEFAULT_STUDY), help="whose evaluation images to use")
+    p.add_argument("--n", type=int, default=n)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--torch-python", default=str(REPO / ".torchvenv" / "bin" / "python"))
+    p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    p.add_argument("--data-dir", default=None)
+    return p
+
+
+def study_checkpoint(study, model: str):
+    """A study's committed checkpoint by model name: (model, variables)."""
+    from advjax.io import load_checkpoint
+
+    return load_checkpoint(Path(study) / "checkpoints" / f"{model}.msgpack")
+
+
+def batched_logits(logits_fn, x, batch: int = 250) -> np.ndarray:
+    """`logits_fn` on every case of `x`, jitted, in batches."""
+    fn = jax.jit(logits_fn)
+    return np.concatenate([np.asarray(fn(x[i : i + batch])) for i in range(0, len(x), batch)])
+
+
 def run_peer(torch_python: str, model, variables, x, y, logits, *, threads: int) -> dict:
     """torchattacks' standard members (`torch_autoattack.py`, in its own environment) on
     `variables` exported to the peer's `Net`, on NHWC images `x`; its JSON result."""
@@ -161,28 +190,18 @@ def markdown(r: dict) -> str:
 
 def main(argv=None) -> dict:
     backend.configure()  # advjax's XLA CPU settings, before any JAX work
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = peer_parser(__doc__, n=1000)
     p.add_argument("--model", default="pgd_continue2_silu")
-    p.add_argument("--study", default=str(DEFAULT_STUDY))
-    p.add_argument("--n", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--torch-python", default=str(REPO / ".torchvenv" / "bin" / "python"))
-    p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
-    p.add_argument("--data-dir", default=None)
     args = p.parse_args(argv)
     from advjax.evaluation.engine import resolve_members
     from advjax.evaluation.stats import format_rate, rate
-    from advjax.io import atomic_write_json, atomic_write_text, environment, load_checkpoint
+    from advjax.io import atomic_write_json, atomic_write_text, environment
     from advjax.model import eval_logits_fn
 
     x, y = study_images(args.study, args.n, args.data_dir)
-    model, variables = load_checkpoint(Path(args.study) / "checkpoints" / f"{args.model}.msgpack")
+    model, variables = study_checkpoint(args.study, args.model)
     logits_fn = eval_logits_fn(model, variables)
-    logits = np.concatenate(
-        [np.asarray(jax.jit(logits_fn)(x[i : i + 250])) for i in range(0, len(y), 250)]
-    )
+    logits = batched_logits(logits_fn, x)
     load_start = list(os.getloadavg())
     result, seconds, member_seconds = run_advjax(logits_fn, x, y, 8 / 255, args.seed)
     advjax_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -15,7 +15,6 @@ network (`benchmarks/torch_original_autoattack.py`). Writes
 `<out>/autoattack_versions.{json,md}`. Run it on an otherwise idle machine (~1 h on 2 cores).
 """
 
-import argparse
 import resource
 import sys
 from pathlib import Path
@@ -25,7 +24,6 @@ import numpy as np
 from advjax import backend
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_STUDY = REPO / "results" / "cifar10" / "research"
 
 
 def advjax_row(result, seconds, by_stage, n) -> dict:
@@ -115,34 +113,30 @@ def markdown(r: dict) -> str:
 
 def main(argv=None) -> dict:
     backend.configure()
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    from benchmarks.autoattack_peer import peer_parser
+
+    p = peer_parser(__doc__, n=1000)
     p.add_argument("--model", default="pgd_continue2_silu")
-    p.add_argument("--study", default=str(DEFAULT_STUDY))
-    p.add_argument("--n", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--torch-python", default=str(REPO / ".torchvenv" / "bin" / "python"))
-    p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
-    p.add_argument("--data-dir", default=None)
     args = p.parse_args(argv)
 
-    import jax
-
     from advjax.evaluation.stats import format_rate, rate
-    from advjax.io import environment, load_checkpoint
+    from advjax.io import environment
     from advjax.model import eval_logits_fn
-    from benchmarks.autoattack_peer import run_advjax, run_torch_script, study_images
+    from benchmarks.autoattack_peer import (
+        batched_logits,
+        run_advjax,
+        run_torch_script,
+        study_checkpoint,
+        study_images,
+    )
     from benchmarks.machine import cpu_model, load_average
     from benchmarks.report import write_report
 
     x, y = study_images(args.study, args.n, args.data_dir)
     y = y.astype(np.int32)
-    model, variables = load_checkpoint(Path(args.study) / "checkpoints" / f"{args.model}.msgpack")
+    model, variables = study_checkpoint(args.study, args.model)
     logits_fn = eval_logits_fn(model, variables)
-    logits = np.concatenate(
-        [np.asarray(jax.jit(logits_fn)(x[i : i + 250])) for i in range(0, len(y), 250)]
-    )
+    logits = batched_logits(logits_fn, x)
     machine = environment()  # the code as it runs, before any later edit of the tree
     machine["cpu_model"] = cpu_model()
     start = load_average()

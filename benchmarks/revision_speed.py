@@ -16,6 +16,7 @@ side and their ratio.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from advjax import backend
@@ -67,46 +69,50 @@ def config_differences(before: dict, after: dict) -> list[str]:
     return lines
 
 
-def run_side(repo: str, revision: str, out: Path, extra: list[str]) -> dict:
-    """Run the study of `revision` from a fresh worktree into `out`; store and return timing."""
+@contextlib.contextmanager
+def worktree(repo: str, revision: str) -> Iterator[tuple[Path, str]]:
+    """A fresh detached git worktree of `revision` and its full commit; removed on exit."""
     with tempfile.TemporaryDirectory(prefix="advjax-revision-") as tmp:
         tree = Path(tmp) / "tree"
-        subprocess.run(
-            ["git", "-C", repo, "worktree", "add", "--detach", str(tree), revision],
-            check=True,
-            capture_output=True,
-        )
+        subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", str(tree), revision],
+                       check=True, capture_output=True)  # fmt: skip
         try:
-            sha = subprocess.run(
-                ["git", "-C", str(tree), "rev-parse", "HEAD"],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            command = [sys.executable, "-m", "experiments.cifar_robustness", "--no-progress"]
-            command += ["--out", str(out), *extra]
-            load_start = load_average()
-            start = time.perf_counter()
-            with open(out.with_suffix(".log"), "w") as log:
-                done = subprocess.run(command, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
-            wall = time.perf_counter() - start
+            sha = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], check=True,
+                                 capture_output=True, text=True).stdout.strip()  # fmt: skip
+            yield tree, sha
         finally:
-            subprocess.run(
-                ["git", "-C", repo, "worktree", "remove", "--force", str(tree)],
-                capture_output=True,
-            )
+            subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", str(tree)],
+                           capture_output=True)  # fmt: skip
+
+
+def run_side(repo: str, revision: str, out: Path, extra: list[str]) -> dict:
+    """Run the study of `revision` from a fresh worktree into `out`; store and return timing."""
+    with worktree(repo, revision) as (tree, sha):
+        command = [sys.executable, "-m", "experiments.cifar_robustness", "--no-progress"]
+        command += ["--out", str(out), *extra]
+        load_start = load_average()
+        start = time.perf_counter()
+        with open(out.with_suffix(".log"), "w") as log:
+            done = subprocess.run(command, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
+        wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{revision}: the study exited with {done.returncode}; see {out}.log")
-    record = {
+    record = side_record(sha, command, wall, load_start, machine_speed())
+    write_atomic(str(out / WALL_FILE), json.dumps(record, indent=2))
+    return record
+
+
+def side_record(sha: str, command: list[str], wall: float, load_start, gflops: float) -> dict:
+    """What a side's run keeps beside its outputs: revision, command, wall seconds, the load
+    averages at its start and end, and the machine's matmul GFLOP/s."""
+    return {
         "revision": sha,
         "command": shlex.join(command),
         "wall_seconds": wall,
         "load_average_start": load_start,
         "load_average_end": load_average(),
-        "matmul_gflops": machine_speed(),
+        "matmul_gflops": gflops,
     }
-    write_atomic(str(out / WALL_FILE), json.dumps(record, indent=2))
-    return record
 
 
 def read_run(folder: Path) -> dict:
@@ -124,20 +130,34 @@ def read_run(folder: Path) -> dict:
 
 
 def phase_table(before: list[dict], after: list[dict]) -> list[dict]:
-    """Per phase both sides timed (and the wall): median seconds, range and ratio."""
-    phases = [p for p in before[0]["timings_seconds"] if p in after[0]["timings_seconds"]]
+    """Per phase both sides timed (and the wall): every run's seconds and the medians' ratio."""
+    return median_rows(
+        [r["timings_seconds"] | {"wall": r["wall_seconds"]} for r in before],
+        [r["timings_seconds"] | {"wall": r["wall_seconds"]} for r in after],
+    )
+
+
+def median_rows(before: list[dict], after: list[dict]) -> list[dict]:
+    """Per phase of both sides' runs ({phase: seconds} each, in the first before-run's order):
+    every run's seconds and the ratio of the medians, before / after (> 1: after faster)."""
     rows = []
-    for phase in [*phases, "wall"]:
-
-        def times(runs, phase=phase):
-            return [
-                r["wall_seconds"] if phase == "wall" else r["timings_seconds"][phase] for r in runs
-            ]
-
-        tb, ta = times(before), times(after)
+    for phase in [p for p in before[0] if p in after[0]]:
+        tb, ta = [r[phase] for r in before], [r[phase] for r in after]
         mb, ma = statistics.median(tb), statistics.median(ta)
         rows.append(dict(phase=phase, before=tb, after=ta, ratio=mb / ma if ma else None))
     return rows
+
+
+def median_lines(rows: list[dict]) -> list[str]:
+    """The markdown table of `median_rows`: median seconds with every run's, and the ratio."""
+    lines = ["| phase | before | after | ratio |", "|---|---|---|---|"]
+    for row in rows:
+        b = ", ".join(f"{t:,.1f}" for t in row["before"])
+        a = ", ".join(f"{t:,.1f}" for t in row["after"])
+        ratio = f"{row['ratio']:.2f}x" if row["ratio"] else ""
+        mb, ma = statistics.median(row["before"]), statistics.median(row["after"])
+        lines.append(f"| {row['phase']} | {mb:,.1f} ({b}) | {ma:,.1f} ({a}) | {ratio} |")
+    return lines
 
 
 def markdown(report: dict) -> str:
@@ -163,15 +183,8 @@ def markdown(report: dict) -> str:
         "Seconds per phase as the study timed them (median, with every run's time); ratio = "
         "before / after, above 1: faster now:",
         "",
-        "| phase | before | after | ratio |",
-        "|---|---|---|---|",
+        *median_lines(report["phases"]),
     ]
-    for row in report["phases"]:
-        b = ", ".join(f"{t:,.1f}" for t in row["before"])
-        a = ", ".join(f"{t:,.1f}" for t in row["after"])
-        ratio = f"{row['ratio']:.2f}x" if row["ratio"] else ""
-        mb, ma = statistics.median(row["before"]), statistics.median(row["after"])
-        lines.append(f"| {row['phase']} | {mb:,.1f} ({b}) | {ma:,.1f} ({a}) | {ratio} |")
     diffs = report["config_differences"]
     lines += ["", "Config fields that differ between the two sides' `results.json`:", ""]
     lines += [f"- {d}" for d in diffs] if diffs else ["- none: the same work"]
