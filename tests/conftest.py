@@ -7,7 +7,9 @@ Real-data fixtures need ``ADVJAX_DATA_DIR`` (a folder with the official binary C
 files) and skip the tests that use them otherwise.
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 from typing import Callable, NamedTuple
 
@@ -22,7 +24,9 @@ backend.configure()  # the suite runs with the XLA CPU settings the entry points
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # One compilation cache per run, empty at its start: identical programs that tests build
 # from fresh closures compile once.
-jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="advjax-tests-xla-"))
+_CACHE = tempfile.mkdtemp(prefix="advjax-tests-xla-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
@@ -249,11 +253,55 @@ SLOW_FIXTURES = {"worker", "trained_run", "trained_model", "quick_run"}
 profile of the study end to end (tests/experiments/test_cifar_study.py)."""
 
 
+SLOW_TESTS = frozenset(
+    {
+        "tests/attacks/test_apgd.py::JitOfTheCallerTest::test_apgd_ce_and_targeted_dlr_called_eagerly_equal_the_jitted_program__without_jit",
+        "tests/attacks/test_fab.py::test_at_least_as_strong_as_pgd",
+        "tests/attacks/test_fab.py::test_budget_box_and_misclassification[linf-0.03]",
+        "tests/attacks/test_fab.py::test_jit_same_key_same_result_and_batch_independence",
+        "tests/attacks/test_square_l2.py::JitOfTheCallerTest::test_the_eager_call_equals_the_jitted_program__without_jit",
+        "tests/attacks/test_square_l2.py::test_a_case_gives_the_same_result_alone_and_within_a_batch",
+        "tests/attacks/test_square_l2.py::test_autoattack_l2_runs_square_on_the_cases_left_robust",
+        "tests/benchmarks/test_user_models.py::test_every_framework_builds_the_plain_cnn[equinox_cnn]",
+        "tests/evaluation/test_autoattack.py::test_a_random_model_fails_the_randomness_check_of_a_deterministic_version",
+        "tests/evaluation/test_autoattack.py::test_cases_sharded_over_4_devices_give_the_one_device_outcome[small]",
+        "tests/evaluation/test_autoattack.py::test_eps_zero_leaves_every_case_as_clean",
+        "tests/evaluation/test_autoattack.py::test_equinox_and_haiku_models_work_as_they_are[equinox]",
+        "tests/evaluation/test_autoattack.py::test_every_case_spends_at_most_the_declared_query_budget[standard]",
+        "tests/evaluation/test_autoattack.py::test_flax_linen_and_nnx_models_work_as_they_are",
+        "tests/evaluation/test_autoattack.py::test_rand_version_on_a_random_model_is_stronger_than_one_fixed_draw",
+        "tests/evaluation/test_evaluate_cli.py::test_a_custom_member_list_from_the_registry_writes_each_members_records",
+        "tests/evaluation/test_processes.py::test_a_process_log_resumes_past_merged_records_and_merging_twice_adds_nothing",
+        "tests/experiments/test_cifar_study.py::test_a_model_without_averaging_comes_from_its_averaged_twins_training",
+        "tests/experiments/test_cifar_study.py::test_train_only_trains_the_chosen_models_and_attacks_nothing",
+        "tests/test_backend.py::test_attacks_warn_once_when_the_flags_are_missing",
+        "tests/test_fast_path.py::test_attack_results_unchanged_on_a_model_already_in_the_fast_layout",
+        "tests/test_fast_path.py::test_attacks_apply_it_to_the_users_model",
+        "tests/test_fast_path.py::test_same_function_value_gradient_and_tangent[equinox]",
+        "tests/test_fast_path.py::test_same_function_value_gradient_and_tangent[linen]",
+        "tests/test_readme.py::test_the_attack_example_runs_fast_as_written",
+        "tests/text/test_transformer.py::test_beam_of_size_one_is_greedy_and_reports_its_teacher_forced_score[lstm]",
+        "tests/train/test_defenses.py::test_make_train_step_builds_each_mode_from_the_config",
+        "tests/train/test_defenses.py::test_new_steps_are_pure_deterministic_and_key_dependent[trades]",
+        "tests/train/test_ema.py::test_fit_with_ema_returns_averaged_weights_selected_by_their_own_validation",
+        "tests/train/test_resume.py::test_a_run_resumed_after_an_epoch_equals_the_uninterrupted_run[averaged_weights]",
+        "tests/train/test_resume.py::test_progress_of_another_run_or_model_is_refused",
+        "tests/train/test_resume.py::test_the_history_of_a_stopped_run_reads_without_its_model",
+        "tests/train/test_resume.py::test_the_saved_progress_restores_every_part_of_the_loop_state",
+        "tests/train/test_train.py::test_fit_with_the_same_seed_gives_bit_identical_weights_and_history[standard]",
+    }
+)
+"""The costliest default tests by their measured duration (9 s or more each on 2 cores, with
+two workers), run with the slow suite so that the default run stays within 10 minutes; their
+properties are checked on every CI run all the same (`.ci/run` runs both suites)."""
+
+
 def pytest_collection_modifyitems(items):
-    """Mark tests using a slow fixture `slow`; the default run deselects them (pyproject
-    addopts), `python -m pytest -m slow` runs them, and `.ci/run` runs both."""
+    """Mark tests using a slow fixture, and those in `SLOW_TESTS`, `slow`; the default run
+    deselects them (pyproject addopts), `python -m pytest -m slow` runs them, and `.ci/run`
+    runs both."""
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or item.nodeid in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
 
 
