@@ -116,6 +116,47 @@ def same_work(before: dict, after: dict) -> dict:
     }
 
 
+OUTCOME_FIELDS = ("status", "clean_pred", "adv_pred", "queries", "first_break_step", "key_path")
+"""The record fields compared (the side writes the same, `engine_speed_side.OUTCOME_FIELDS`)."""
+STANDARD = ("apgd-ce", "apgd-t", "fab-t", "square")
+
+
+def committed_agreement(side: dict) -> dict:
+    """How a side's cases compare with the committed records of `results/cifar10/default`:
+    the study's attack records, field by field, and AutoAttack's cases (breaking member, -2
+    wrong on the clean input, -1 robust; queries of every member together) against the
+    committed standard evaluation in `strong_evaluation/`."""
+    from advjax.io import read_records
+
+    committed = {
+        f"{r.model}|{r.attack}|{r.eps!r}|{r.case_id}": json.loads(
+            json.dumps([getattr(r, f) for f in OUTCOME_FIELDS])
+        )
+        for r in read_records(STUDY / "records.jsonl.gz")
+    }
+    mine = side["records"]
+    differ = sorted(k for k, v in mine.items() if committed.get(k) != v)
+    aa = side["autoattack"]
+    strong = [r for r in read_records(STUDY / "strong_evaluation" / "records.jsonl.gz")
+              if r.model == aa["model"] and r.case_id < aa["cases"]]  # fmt: skip
+    broken_by = [-1] * aa["cases"]
+    queries = [0] * aa["cases"]
+    for r in strong:
+        if r.attack == "autoattack":
+            queries[r.case_id] = r.queries
+            if r.status == "skipped_clean_wrong":
+                broken_by[r.case_id] = -2
+    for r in sorted(strong, key=lambda r: -STANDARD.index(r.attack) if r.attack in STANDARD else 1):
+        if r.attack in STANDARD and r.status == "success":
+            broken_by[r.case_id] = STANDARD.index(r.attack)
+    same_aa = sum(
+        (a, b) == (c, d) for a, b, c, d in zip(aa["broken_by"], aa["queries"], broken_by, queries)
+    )
+    return {"records": len(mine), "records_equal": len(mine) - len(differ),
+            "records_differing": differ[:10], "autoattack_cases": aa["cases"],
+            "autoattack_equal": same_aa}  # fmt: skip
+
+
 def markdown(report: dict) -> str:
     before, after, same = report["before"], report["after"], report["same_work"]
     lines = [
@@ -160,6 +201,19 @@ def markdown(report: dict) -> str:
             else ", **cases differ**."
         ),
     ]
+    for side, c in report.get("committed", {}).items():
+        lines.append(
+            f"\nAgainst the committed records ({STUDY.relative_to(REPO)}), {side}: "
+            f"{c['records_equal']:,} of {c['records']:,} study records equal"
+            + (
+                f" (differing: {', '.join(c['records_differing'])})"
+                if c["records_differing"]
+                else ""
+            )
+            + "; AutoAttack "
+            f"{c['autoattack_equal']} of {c['autoattack_cases']} cases with the committed "
+            "standard evaluation's breaking member and queries."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -205,6 +259,7 @@ def main(argv=None) -> dict:
         "after": [{k: v for k, v in r.items() if k != "records"} for r in runs["after"]],
         "phases": phase_table(runs["before"], runs["after"]),
         "same_work": same_work(runs["before"][0], runs["after"][0]),
+        "committed": {side: committed_agreement(runs[side][0]) for side in sides},
     }
     write_report(args.out, NAME, report, markdown(report))
     return report

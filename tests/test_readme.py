@@ -68,3 +68,41 @@ def test_the_checkpoint_example_loads_the_trained_model(monkeypatch):
     labels = namespace["data"].test_labels[:250]
     assert logits.shape == (250, 10)
     assert (logits.argmax(-1) == labels).mean() >= 0.5
+
+
+ADD_ATTACK = next(b for b in BLOCKS if "DECLARED = (" in b)
+
+
+def test_the_added_attack_example_is_a_working_attack_every_runner_accepts(monkeypatch):
+    """The README's R+FGSM module as written: its points stay in the eps-ball and [0, 1]; at
+    alpha = 0 it is `advjax.fgsm` (a separate implementation); the registry accepts its
+    declaration beside every attack (name and key stream unused); registered, AutoAttack runs
+    it as a custom member and counts the passes it declares."""
+    import jax
+    import jax.numpy as jnp
+
+    import advjax
+    from advjax.attacks import ATTACKS
+    from advjax.attacks._attack_info import registry
+    from advjax.evaluation import Member, autoattack
+
+    module: dict = {}
+    exec(compile(ADD_ATTACK, "README.md", "exec"), module)  # noqa: S102
+    w = jax.random.normal(jax.random.key(0), (8 * 8 * 3, 4)) * 0.3
+    logits_fn = lambda x: x.reshape(x.shape[0], -1) @ w  # noqa: E731
+    x = jax.random.uniform(jax.random.key(1), (24, 8, 8, 3))
+    y = jnp.argmax(logits_fn(x), -1)
+    eps = 8 / 255
+    x_adv = np.asarray(module["rfgsm"](logits_fn, x, y, eps, key=jax.random.key(2)))
+    assert np.abs(x_adv - np.asarray(x)).max() <= eps + 1e-6
+    assert x_adv.min() >= 0 and x_adv.max() <= 1
+    plain = module["rfgsm"](logits_fn, x, y, eps, key=jax.random.key(2), alpha=0.0)
+    np.testing.assert_allclose(plain, advjax.fgsm(logits_fn, x, y, eps), atol=1e-7)
+
+    (info,) = module["DECLARED"]
+    assert "rfgsm" in registry(*ATTACKS.values(), info)
+    monkeypatch.setitem(ATTACKS, "rfgsm", info)
+    result = autoattack(logits_fn, x, y, eps, key=jax.random.key(3), members=[Member("rfgsm")])
+    broken = np.asarray(jnp.argmax(logits_fn(jnp.asarray(result.x_adv)), -1)) != np.asarray(y)
+    assert np.array_equal(~result.robust, broken) and broken.any()
+    assert result.passes[0]["forward"] == 2 * len(y) and result.passes[0]["backward"] == len(y)
