@@ -14,7 +14,10 @@ ports) are off the fast path in the forward pass as well. The derivative of a ma
 - every `conv_general_dilated`: the same primitive on NHWC/HWIO/NHWC operands (explicit
   transposes around it when the user's layout differs), under a `custom_jvp` whose tangent
   map is written so that JAX's transpose of it, the input-gradient convolution, comes out in
-  the fast layout as well;
+  the fast layout as well; a strided convolution's tangent map is the sum over the strides'
+  phases of stride-1 convolutions, so that its input gradient is stride-1 convolutions too
+  (JAX's transpose of the strided form is an input-dilated convolution, which XLA's CPU
+  backend runs slowly);
 - every floating-point `reduce_window` max or min: the same primitive, under a `custom_jvp`
   whose tangent picks the first extremum of each window (row-major order, as XLA's
   select-and-scatter does) with strided slices and selects, which transpose to pads and selects.
@@ -256,11 +259,24 @@ def _conv_fn(frozen: tuple) -> Callable[[jax.Array, jax.Array], jax.Array]:
         )
         return jnp.transpose(out, out_inverse)
 
+    strides = tuple(params["window_strides"])
+    polyphase = (
+        any(s > 1 for s in strides)
+        and all(d == 1 for d in (*params["lhs_dilation"], *params["rhs_dilation"]))
+        and all(p >= 0 for pair in params["padding"] for p in pair)
+    )
+    unit = (1,) * len(strides)
+    stride_one = conv_params | {"window_strides": unit, "padding": ((0, 0),) * len(strides)}
+
     def input_tangent(t, kernel):
         kernel_t = jnp.swapaxes(jnp.transpose(kernel, rhs_perm), -1, -2)
-        out = prims.conv_general_dilated_p.bind(
-            jnp.transpose(t, lhs_perm), kernel_t, dimension_numbers=swapped, **conv_params
-        )
+        t = jnp.transpose(t, lhs_perm)
+        if polyphase:
+            out = _polyphase_conv(t, kernel_t, strides, params["padding"], swapped, stride_one)
+        else:
+            out = prims.conv_general_dilated_p.bind(
+                t, kernel_t, dimension_numbers=swapped, **conv_params
+            )
         return jnp.transpose(out, out_inverse)
 
     @jax.custom_jvp
@@ -282,6 +298,35 @@ def _conv_fn(frozen: tuple) -> Callable[[jax.Array, jax.Array], jax.Array]:
 
     conv.defjvp(conv_jvp, symbolic_zeros=True)
     return conv
+
+
+def _polyphase_conv(t, kernel_t, strides, padding, dims, stride_one) -> jax.Array:
+    """A strided, undilated convolution of canonical-layout `t` with the in/out-swapped
+    kernel `kernel_t` (spatial..., out, in), written as the sum over the strides' phases of
+    stride-1 'VALID' convolutions: phase a of a spatial axis takes every stride-th tap from
+    tap a and every stride-th input row from row a of the padded input. The same sums in
+    another order; JAX's transpose of it is stride-1 convolutions and interior padding, where
+    the strided form's transpose is an input-dilated convolution, off XLA's fast CPU kernels
+    (a ResNet's downsampling layers)."""
+    spatial = len(strides)
+    padded = lax.pad(
+        t, jnp.zeros((), t.dtype), [(0, 0, 0), *[(lo, hi, 0) for lo, hi in padding], (0, 0, 0)]
+    )
+    taps = kernel_t.shape[:spatial]
+    sizes = [(padded.shape[1 + i] - taps[i]) // strides[i] + 1 for i in range(spatial)]
+    out = None
+    for phase in itertools.product(*(range(min(s, k)) for s, k in zip(strides, taps))):
+        sub = kernel_t[tuple(slice(a, None, s) for a, s in zip(phase, strides))]
+        rows = [n + sub.shape[i] - 1 for i, n in enumerate(sizes)]
+        start = (0, *phase, 0)
+        limit = (padded.shape[0], *[a + s * (r - 1) + 1 for a, s, r in zip(phase, strides, rows)],
+                 padded.shape[-1])  # fmt: skip
+        part = prims.conv_general_dilated_p.bind(
+            lax.slice(padded, start, limit, (1, *strides, 1)), sub, dimension_numbers=dims,
+            **stride_one,
+        )  # fmt: skip
+        out = part if out is None else out + part
+    return out
 
 
 # Max and min pooling.
