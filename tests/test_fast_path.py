@@ -258,3 +258,18 @@ def test_attack_results_unchanged_on_a_model_already_in_the_fast_layout():
         patch.setenv(FAST_PATH_VARIABLE, "0")
         plain = run()
     chex.assert_trees_all_equal(fast, plain)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the rewrite acts on the CPU only")
+def test_a_narrow_layers_input_gradient_runs_on_eight_features():
+    """A convolution with 3 input features (an RGB layer; here 3 -> 3, so no other convolution
+    has 8) has its input gradient computed on the features zero-padded to 8, where XLA's CPU
+    kernels run faster; the untouched model's gradient has 3. The values equal JAX's own
+    gradient (`test_same_function_value_gradient_and_tangent`)."""
+
+    def features(hlo):
+        return {int(s.split(",")[-1]) for s in re.findall(r"= f32\[([\d,]+)\]\{[^}]*\} convolution\(", hlo)}  # fmt: skip
+
+    x = _inputs()
+    assert 8 in features(_loop_hlo(fast_path(MODELS["scan_and_remat"]), x))
+    assert features(_loop_hlo(MODELS["scan_and_remat"], x)) == {3}

@@ -17,7 +17,8 @@ ports) are off the fast path in the forward pass as well. The derivative of a ma
   the fast layout as well; a strided convolution's tangent map is the sum over the strides'
   phases of stride-1 convolutions, so that its input gradient is stride-1 convolutions too
   (JAX's transpose of the strided form is an input-dilated convolution, which XLA's CPU
-  backend runs slowly);
+  backend runs slowly); one with fewer than 8 input features (an RGB first layer) computes its
+  input gradient on the features zero-padded to 8;
 - every floating-point `reduce_window` max or min: the same primitive, under a `custom_jvp`
   whose tangent picks the first extremum of each window (row-major order, as XLA's
   select-and-scatter does) with strided slices and selects, which transpose to pads and selects.
@@ -215,21 +216,30 @@ def _to_canonical(spec: tuple[int, ...], rhs: bool) -> tuple[int, ...]:
 def _conv_rule(primitive, invals, params):
     if params["batch_group_count"] != 1 or len(invals[0].shape) < 3:
         return None
-    fn = _cached(_conv_fn, params)
+    features = invals[0].shape[params["dimension_numbers"].lhs_spec[1]]
+    fn = _cached(_conv_fn, params, features=features)
     return None if fn is None else fn(*invals)
 
 
-def _cached(factory, params: dict, *args):
-    """`factory(*args, params)`'s function for these primitive parameters (None if they are
-    unhashable)."""
+def _cached(factory, params: dict, *args, **kwargs):
+    """`factory(*args, params, **kwargs)`'s function for these primitive parameters (None if
+    they are unhashable)."""
     try:
-        return factory(*args, tuple(sorted(params.items(), key=lambda item: item[0])))
+        return factory(
+            *args, tuple(sorted(params.items(), key=lambda item: item[0])), *kwargs.values()
+        )
     except TypeError:
         return None
 
 
+MIN_INPUT_FEATURES = 8
+"""Input features below which a convolution's input gradient is computed with the features
+zero-padded to this many: XLA's CPU kernels run an input gradient with 3 output features
+(an RGB model's first layer) ~1.6x slower than with 8."""
+
+
 @functools.lru_cache(maxsize=512)
-def _conv_fn(frozen: tuple) -> Callable[[jax.Array, jax.Array], jax.Array]:
+def _conv_fn(frozen: tuple, x_features: int) -> Callable[[jax.Array, jax.Array], jax.Array]:
     params = dict(frozen)
     dims = params["dimension_numbers"]
     ndim = len(dims.lhs_spec)
@@ -268,9 +278,14 @@ def _conv_fn(frozen: tuple) -> Callable[[jax.Array, jax.Array], jax.Array]:
     unit = (1,) * len(strides)
     stride_one = conv_params | {"window_strides": unit, "padding": ((0, 0),) * len(strides)}
 
+    narrow = params["feature_group_count"] == 1 and x_features < MIN_INPUT_FEATURES
+
     def input_tangent(t, kernel):
         kernel_t = jnp.swapaxes(jnp.transpose(kernel, rhs_perm), -1, -2)
         t = jnp.transpose(t, lhs_perm)
+        if narrow:
+            widen = [(0, 0)] * (t.ndim - 1) + [(0, MIN_INPUT_FEATURES - x_features)]
+            t, kernel_t = jnp.pad(t, widen), jnp.pad(kernel_t, widen)
         if polyphase:
             out = _polyphase_conv(t, kernel_t, strides, params["padding"], swapped, stride_one)
         else:
