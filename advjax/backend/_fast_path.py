@@ -217,17 +217,15 @@ def _conv_rule(primitive, invals, params):
     if params["batch_group_count"] != 1 or len(invals[0].shape) < 3:
         return None
     features = invals[0].shape[params["dimension_numbers"].lhs_spec[1]]
-    fn = _cached(_conv_fn, params, features=features)
+    fn = _cached(_conv_fn, params, features)
     return None if fn is None else fn(*invals)
 
 
-def _cached(factory, params: dict, *args, **kwargs):
-    """`factory(*args, params, **kwargs)`'s function for these primitive parameters (None if
-    they are unhashable)."""
+def _cached(factory, params: dict, *args):
+    """`factory(*args, params)`'s function for these primitive parameters (None if they are
+    unhashable)."""
     try:
-        return factory(
-            *args, tuple(sorted(params.items(), key=lambda item: item[0])), *kwargs.values()
-        )
+        return factory(*args, tuple(sorted(params.items(), key=lambda item: item[0])))
     except TypeError:
         return None
 
@@ -239,7 +237,7 @@ zero-padded to this many: XLA's CPU kernels run an input gradient with 3 output 
 
 
 @functools.lru_cache(maxsize=512)
-def _conv_fn(frozen: tuple, x_features: int) -> Callable[[jax.Array, jax.Array], jax.Array]:
+def _conv_fn(x_features: int, frozen: tuple) -> Callable[[jax.Array, jax.Array], jax.Array]:
     params = dict(frozen)
     dims = params["dimension_numbers"]
     ndim = len(dims.lhs_spec)
