@@ -10,6 +10,9 @@ tie-counting reduction).
 The weight gradient of a convolution reads its input transposed to [C, H, W, N]. XLA's CPU
 backend fuses the input's elementwise producer (batch norm + ReLU) into that transpose and
 runs the fusion untiled, several times slower than a plain transpose; `_as_buffer` stops it.
+That backend also runs one convolution's weight gradient over the whole batch as one
+contraction that parallelises poorly; the VJP sums it over pieces of the batch
+(`KERNEL_GRADIENT_ROWS`), which run side by side.
 """
 
 import jax
@@ -19,6 +22,11 @@ from jax import lax
 from advjax.types import Array
 
 _DIMENSIONS = ("NHWC", "HWIO", "NHWC")
+
+KERNEL_GRADIENT_ROWS = 8192
+"""Output positions (images x height x width) per piece of a weight gradient. Measured on
+the study's training steps (2 cores, batch 128): 8192 ran them 4-7 % faster than the whole
+batch at once, 16384 no faster, 4096 slower."""
 
 
 def _conv_same(x: Array, kernel: Array) -> Array:
@@ -53,14 +61,23 @@ def _as_buffer(x: Array) -> Array:
     return lax.cond(first == first, lambda t: t, lambda t: t * 1.0, x)
 
 
+def _kernel_gradient(x: Array, kernel: Array, g: Array) -> Array:
+    """The kernel's cotangent, summed over pieces of the batch of `KERNEL_GRADIENT_ROWS`."""
+    n, h, w = x.shape[:3]
+    size = max(1, KERNEL_GRADIENT_ROWS // (h * w))
+    total = None
+    for start in range(0, n, size):
+        piece = _as_buffer(x[start : start + size])
+        _, kernel_vjp = jax.vjp(lambda k: _conv_same(piece, k), kernel)
+        (part,) = kernel_vjp(g[start : start + size])
+        total = part if total is None else total + part
+    return total
+
+
 def _conv2d_same_bwd(residuals: tuple[Array, Array], g: Array) -> tuple[Array, Array]:
     x, kernel = residuals
     flipped = jnp.flip(kernel, axis=(0, 1)).swapaxes(2, 3)
-    dx = _conv_same(g, flipped)
-    x = _as_buffer(x)
-    _, kernel_vjp = jax.vjp(lambda k: _conv_same(x, k), kernel)
-    (dkernel,) = kernel_vjp(g)
-    return dx, dkernel
+    return _conv_same(g, flipped), _kernel_gradient(x, kernel, g)
 
 
 conv2d_same.defvjp(_conv2d_same_fwd, _conv2d_same_bwd)

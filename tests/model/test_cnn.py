@@ -16,6 +16,7 @@ from advjax.model import (
     eval_logits_fn,
     max_pool_2x2,
 )
+from advjax.model._layers import KERNEL_GRADIENT_ROWS
 
 NUM_PARAMS = 403_306
 
@@ -204,6 +205,16 @@ def test_conv2d_same_vjp_matches_lax(x_shape, k_shape):
     ref_out, ref_vjp = jax.vjp(_reference_conv, x, kernel)
     chex.assert_trees_all_equal(out, ref_out)
     chex.assert_trees_all_close(vjp(cotangent), ref_vjp(cotangent), **GRAD_TOL)
+
+
+def test_conv2d_same_kernel_gradient_in_pieces_matches_lax():
+    """A batch of two whole pieces of KERNEL_GRADIENT_ROWS and a remainder: the kernel
+    cotangent summed over the pieces equals the lax convolution's over the whole batch."""
+    per_piece = KERNEL_GRADIENT_ROWS // (8 * 8)
+    x, kernel, cotangent = _conv_inputs((2 * per_piece + 3, 8, 8, 2), (3, 3, 2, 3), seed=4)
+    _, vjp = jax.vjp(conv2d_same, x, kernel)
+    _, ref_vjp = jax.vjp(_reference_conv, x, kernel)
+    chex.assert_trees_all_close(vjp(cotangent), ref_vjp(cotangent), atol=1e-3, rtol=1e-5)
 
 
 def test_conv2d_same_inside_fori_loop_matches_lax():
