@@ -11,7 +11,9 @@ the phase table (data, each model's training, each model's attacks by attack, ev
 else), each training's throughput over its epochs (validation and compilation included)
 against the step benchmark's, and each model's clean and PGD accuracies against the
 95 % intervals of the committed results (`--compare`, default `results/cifar10/default/results.json`, copied
-into WORK when the run starts). `--report-only` rebuilds the report from a finished WORK folder.
+into WORK when the run starts), and the PyTorch reference's minutes for the seed study's
+computation at the rates it measures right after the study (`peer_study`; `--no-peer` leaves
+it out). `--report-only` rebuilds the report from a finished WORK folder.
 """
 
 import argparse
@@ -34,7 +36,10 @@ WALL_FILE = "e2e_wall.json"
 COMPARED_FILE = "compared_results.json"
 """A copy of `--compare` taken when the run starts (the committed results it is compared with
 may be replaced by the run's own afterwards)."""
+PEER_FILE = "peer_study.json"
 GOAL_MINUTES = 20.0
+PEER_WORKLOADS = {"standard": "train", "fgsm": "fgsm_at_mix"}
+"""The PyTorch reference's workload for each training mode of the default profile."""
 TRAINING_SHARE_GOAL = 0.90
 STEP_ROWS = {"standard": "train", "fgsm": "fgsm_at"}
 """The step benchmark's row for each training mode the default profile uses."""
@@ -87,6 +92,50 @@ def run_study(run: Path, study_args: list[str]) -> dict:
     record["matmul_gflops_after"] = machine_speed()
     write_atomic(str(run / WALL_FILE), json.dumps(record, indent=2))
     return record
+
+
+def peer_study(results: dict, reps: int = 3) -> dict:
+    """The PyTorch reference's seconds for the seed study's computation, at the throughputs
+    it measures now, on this machine, in both layouts: every training of the run (its images
+    and epochs, the step of its mode) and FGSM and PGD-20 on the run's evaluation cases at
+    each of its eps, per model. A model of the time, from measured rates: the reference has
+    no study to run whole. Budget curves, transfer checks, replay, checks and report are
+    advjax's alone and not in it."""
+    from benchmarks.config import BenchConfig
+    from benchmarks.torch_peer import TorchPeer, check_peer, default_paths, run_reference
+
+    python, reference = default_paths(str(REPO))
+    peer = TorchPeer(python=python, reference=reference, threads=os.cpu_count() or 2)
+    version, why = check_peer(peer)
+    if version is None:
+        return {"error": why}
+    config = BenchConfig()
+    workloads = sorted({*PEER_WORKLOADS.values(), "fgsm", "pgd"})
+    out: dict = {"torch": version, "reps": reps, "layouts": {}}
+    for layout in ("nchw", "channels_last"):
+        rates = {}
+        for workload in workloads:
+            r = run_reference(peer, workload, reps, config, channels_last=layout != "nchw")
+            if "error" in r:
+                return {"error": f"{workload} ({layout}): {r['error']}"}
+            rates[workload] = r["ips_median"]
+            print(f"[e2e] PyTorch {layout} {workload}: {rates[workload]:,.1f} img/s", flush=True)
+        out["layouts"][layout] = {"rates": rates, **study_seconds(results, rates)}
+    return out
+
+
+def study_seconds(results: dict, rates: dict) -> dict:
+    """Seconds of the run's trainings and FGSM/PGD evaluations at `rates` (images/s)."""
+    cases, eps = results["config"]["eval_size"], len(results["config"]["eps_list"])
+    train = {}
+    for name, m in results["models"].items():
+        batch = m["spec"].get("batch_size") or results["config"]["batch_size"]
+        epochs = len(m["training"]["history"])
+        images = (m["training"]["train_size"] // batch) * batch * epochs
+        train[name] = images / rates[PEER_WORKLOADS[m["spec"]["mode"]]]
+    attack = len(results["models"]) * eps * cases * (1 / rates["fgsm"] + 1 / rates["pgd"])
+    return {"train_seconds": train, "attack_seconds": attack,
+            "seconds": sum(train.values()) + attack}  # fmt: skip
 
 
 def training_rows(results: dict, steps: dict) -> list[dict]:
@@ -170,6 +219,14 @@ def build_report(work: Path, compare: str | None, command: str) -> dict:
     steps = {k: (before[k] + after[k]) / 2 for k in before}
     kept = work / COMPARED_FILE
     committed = json.loads(kept.read_text()) if kept.exists() else None
+    peer_path = work / PEER_FILE
+    peer = json.loads(peer_path.read_text()) if peer_path.exists() else None
+    mine = {
+        "train_seconds": sum(
+            v for k, v in results["timings_seconds"].items() if k.startswith("train_")
+        ),
+        "attack_seconds": sum(a.get("fgsm", 0) + a.get("pgd", 0) for a in attack_seconds.values()),
+    }
     return {
         "command": command,
         "machine": describe_machine(str(REPO)),
@@ -185,7 +242,43 @@ def build_report(work: Path, compare: str | None, command: str) -> dict:
         "compared_with": compare if committed else None,
         "gate": results["gate"]["verdict"],
         "checks": [len([c for c in results["checks"] if c["passed"]]), len(results["checks"])],
+        "advjax_seed_phases": mine,
+        "peer": peer,
     }
+
+
+def peer_lines(report: dict) -> list[str]:
+    """The PyTorch reference's seed study at its measured rates, beside this run."""
+    peer = report.get("peer")
+    if not peer:
+        return []
+    if "error" in peer:
+        return ["", f"PyTorch reference not measured: {peer['error']}"]
+    wall, mine = report["run"]["wall_seconds"], report["advjax_seed_phases"]
+    lines = [
+        "",
+        "The PyTorch reference (`../shared/peers/torch_reference.py`, torch "
+        f"{peer['torch']}, median of {peer['reps']} repetitions per workload, measured right "
+        "after the study on the same machine) on the seed study's computation: every training "
+        "of this run (its images and epochs, at the reference's `train` or `fgsm_at_mix` "
+        "rate) and FGSM and PGD-20 on the 1,000 cases at each eps of the run, per model. Its "
+        "minutes are its measured rates times that work (the reference has no whole study to "
+        "run); advjax's are the measured wall time of the whole default profile, budget "
+        "curves, transfer checks, the 64/255 probe, replay, checks and report included.",
+        "",
+        "| | minutes | trainings s | FGSM + PGD-20 s | its minutes ÷ advjax's |",
+        "|---|---|---|---|---|",
+        f"| advjax, the whole default profile (measured) | **{wall / 60:.1f}** | "
+        f"{mine['train_seconds']:,.0f} | {mine['attack_seconds']:,.0f} | |",
+    ]
+    for layout, side in peer["layouts"].items():
+        train = sum(side["train_seconds"].values())
+        lines.append(
+            f"| PyTorch reference, {layout} (its rates x the work) | {side['seconds'] / 60:.1f} | "
+            f"{train:,.0f} | {side['attack_seconds']:,.0f} | "
+            f"{side['seconds'] / wall:.2f}x |"
+        )
+    return lines
 
 
 def markdown(report: dict) -> str:
@@ -232,6 +325,7 @@ def markdown(report: dict) -> str:
             f"{r['epoch_seconds']:,.0f} | {r['study_images_per_second']:,.0f} | "
             f"{bench_text} | {share_text} |"
         )
+    lines += peer_lines(report)
     if report["accuracy"]:
         inside = sum(r["inside"] for r in report["accuracy"])
         lines += [
@@ -262,7 +356,12 @@ def main(argv=None) -> dict:
     p.add_argument(
         "--compare", default=str(REPO / "results" / "cifar10" / "default" / "results.json")
     )
-    p.add_argument("--report-only", action="store_true", help="report the run already in --work")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="report the run already in --work (measuring the PyTorch reference if not yet)",
+    )
+    p.add_argument("--no-peer", action="store_true", help="leave the PyTorch reference out")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = p.parse_args(argv)
     work = Path(args.work)
@@ -271,6 +370,10 @@ def main(argv=None) -> dict:
         if args.compare and Path(args.compare).exists():
             shutil.copyfile(args.compare, work / COMPARED_FILE)
         run_study(work / "run", shlex.split(args.study_args))
+    peer_path = work / PEER_FILE
+    if not args.no_peer and not peer_path.exists() and (work / "run" / "results.json").exists():
+        results = json.loads((work / "run" / "results.json").read_text())
+        write_atomic(str(peer_path), json.dumps(peer_study(results), indent=2))
     command = "python -m benchmarks.end_to_end " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )

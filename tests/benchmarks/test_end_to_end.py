@@ -40,7 +40,7 @@ def _work(tmp_path, wall=1500.0):
         "fgsm_matched": _model("fgsm", 520, [4.0], 0.50, 0.30),
     }
     results = {
-        "config": {"batch_size": 128},
+        "config": {"batch_size": 128, "eval_size": 1000, "eps_list": [0, 2 / 255, 8 / 255]},
         "environment": {"git_revision": "c" * 40, "xla_flags_set_by_advjax": ["--flag"]},
         "timings_seconds": {"load_data": 5.0, "train_standard": 5.0, "train_fgsm_matched": 5.0},
         "models": models,
@@ -73,7 +73,7 @@ def _work(tmp_path, wall=1500.0):
 
 
 def _report(tmp_path, work):
-    argv = ["--report-only", "--work", str(work), "--out", str(tmp_path / "out")]
+    argv = ["--report-only", "--no-peer", "--work", str(work), "--out", str(tmp_path / "out")]
     return end_to_end.main(argv), (tmp_path / "out" / "end_to_end.md").read_text()
 
 
@@ -120,3 +120,21 @@ def test_a_run_folder_that_is_not_empty_is_refused_and_a_missing_run_is_named(tm
         end_to_end.run_study(work / "run", [])
     with pytest.raises(SystemExit, match="e2e_wall.json is missing"):
         end_to_end.main(["--report-only", "--work", str(tmp_path / "none"), "--out", str(tmp_path)])
+
+
+def test_the_reference_study_is_its_rates_times_the_runs_work_beside_the_wall_time(tmp_path):
+    """Trainings: each model's images over its mode's rate; FGSM and PGD-20 on every case at
+    every eps of the run, per model; the table puts the sum beside advjax's wall time."""
+    work = _work(tmp_path, wall=1500.0)
+    results = json.loads((work / "run" / "results.json").read_text())
+    rates = {"train": 1024.0, "fgsm_at_mix": 128.0, "fgsm": 500.0, "pgd": 50.0}
+    seconds = end_to_end.study_seconds(results, rates)
+    assert seconds["train_seconds"] == {"standard": 2.0, "fgsm_matched": 4.0}
+    assert seconds["attack_seconds"] == pytest.approx(2 * 3 * 1000 * (1 / 500 + 1 / 50))
+    assert seconds["seconds"] == pytest.approx(6.0 + 132.0)
+    peer = {"torch": "2.13.0", "reps": 3, "layouts": {"nchw": {"rates": rates, **seconds}}}
+    (work / end_to_end.PEER_FILE).write_text(json.dumps(peer))
+    report, text = _report(tmp_path, work)
+    assert report["advjax_seed_phases"] == {"train_seconds": 10.0, "attack_seconds": 310.0}
+    assert "| advjax, the whole default profile (measured) | **25.0** | 10 | 310 | |" in text
+    assert "| PyTorch reference, nchw (its rates x the work) | 2.3 | 6 | 132 | 0.09x |" in text
