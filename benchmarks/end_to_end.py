@@ -124,15 +124,19 @@ def peer_study(results: dict, reps: int = 3) -> dict:
     return out
 
 
+def trained_images(results: dict, model: dict) -> int:
+    """Images one model's training went through: whole batches, every epoch."""
+    batch = model["spec"].get("batch_size") or results["config"]["batch_size"]
+    return (model["training"]["train_size"] // batch) * batch * len(model["training"]["history"])
+
+
 def study_seconds(results: dict, rates: dict) -> dict:
     """Seconds of the run's trainings and FGSM/PGD evaluations at `rates` (images/s)."""
     cases, eps = results["config"]["eval_size"], len(results["config"]["eps_list"])
-    train = {}
-    for name, m in results["models"].items():
-        batch = m["spec"].get("batch_size") or results["config"]["batch_size"]
-        epochs = len(m["training"]["history"])
-        images = (m["training"]["train_size"] // batch) * batch * epochs
-        train[name] = images / rates[PEER_WORKLOADS[m["spec"]["mode"]]]
+    train = {
+        name: trained_images(results, m) / rates[PEER_WORKLOADS[m["spec"]["mode"]]]
+        for name, m in results["models"].items()
+    }
     attack = len(results["models"]) * eps * cases * (1 / rates["fgsm"] + 1 / rates["pgd"])
     return {"train_seconds": train, "attack_seconds": attack,
             "seconds": sum(train.values()) + attack}  # fmt: skip
@@ -144,8 +148,7 @@ def training_rows(results: dict, steps: dict) -> list[dict]:
     rows = []
     for name, m in results["models"].items():
         history = m["training"]["history"]
-        batch = m["spec"].get("batch_size") or results["config"]["batch_size"]
-        images = (m["training"]["train_size"] // batch) * batch * len(history)
+        images = trained_images(results, m)
         seconds = sum(e["seconds"] for e in history)
         row_key = STEP_ROWS.get(m["spec"]["mode"])
         bench = steps.get(row_key)
@@ -243,6 +246,7 @@ def build_report(work: Path, compare: str | None, command: str) -> dict:
         "gate": results["gate"]["verdict"],
         "checks": [len([c for c in results["checks"] if c["passed"]]), len(results["checks"])],
         "advjax_seed_phases": mine,
+        "cases": results["config"].get("eval_size"),
         "peer": peer,
     }
 
@@ -261,7 +265,8 @@ def peer_lines(report: dict) -> list[str]:
         f"{peer['torch']}, median of {peer['reps']} repetitions per workload, measured right "
         "after the study on the same machine) on the seed study's computation: every training "
         "of this run (its images and epochs, at the reference's `train` or `fgsm_at_mix` "
-        "rate) and FGSM and PGD-20 on the 1,000 cases at each eps of the run, per model. Its "
+        f"rate) and FGSM and PGD-20 on the {report['cases']:,} cases at each eps of the run, "
+        "per model. Its "
         "minutes are its measured rates times that work (the reference has no whole study to "
         "run); advjax's are the measured wall time of the whole default profile, budget "
         "curves, transfer checks, the 64/255 probe, replay, checks and report included.",
