@@ -372,7 +372,7 @@ def cnn_accuracy(trained_model):
             broken = np.asarray(result.broken_step >= 0).any(axis=0)
             margin = np.asarray(_margin(logits_fn(result.x_adv), y))
             assert np.all(((margin < 0) == broken) | (np.abs(margin) < 1e-4))
-            accuracy[name, round(eps * 255)] = float(1 - broken.mean())
+            accuracy[name, round(eps * 255)] = float(np.mean(~broken))
     print(accuracy)
     return accuracy
 
