@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from advjax import backend
-from benchmarks.machine import describe_machine, load_average
+from benchmarks.machine import describe_machine, load_average, usable_cores
 from benchmarks.report import write_atomic, write_report
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def peer_study(results: dict, reps: int = 3) -> dict:
     from benchmarks.torch_peer import TorchPeer, check_peer, default_paths, run_reference
 
     python, reference = default_paths(str(REPO))
-    peer = TorchPeer(python=python, reference=reference, threads=os.cpu_count() or 2)
+    peer = TorchPeer(python=python, reference=reference, threads=usable_cores())
     version, why = check_peer(peer)
     if version is None:
         return {"error": why}
@@ -266,9 +266,8 @@ def peer_lines(report: dict) -> list[str]:
         "after the study on the same machine) on the seed study's computation: every training "
         "of this run (its images and epochs, at the reference's `train` or `fgsm_at_mix` "
         f"rate) and FGSM and PGD-20 on the {report['cases']:,} cases at each eps of the run, "
-        "per model. Its "
-        "minutes are its measured rates times that work (the reference has no whole study to "
-        "run); advjax's are the measured wall time of the whole default profile, budget "
+        "per model. Its minutes are its measured rates times that work (the reference has no "
+        "whole study to run); advjax's are the measured wall time of the whole default profile, budget "
         "curves, transfer checks, the 64/255 probe, replay, checks and report included.",
         "",
         "| | minutes | trainings s | FGSM + PGD-20 s | its minutes ÷ advjax's |",
