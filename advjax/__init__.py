@@ -9,10 +9,9 @@ advjax's fast XLA CPU settings call `advjax.backend.configure()` before any JAX 
 
 from advjax.attacks import (
     ATTACKS,
-    APGDResult,
     FABResult,
     FMNResult,
-    PGDResult,
+    SearchResult,
     SquareResult,
     apgd,
     apgd_targeted,
@@ -40,7 +39,6 @@ from advjax.train import TrainConfig, TrainState, create_train_state, make_train
 __version__ = "0.1.0"
 
 __all__ = [
-    "APGDResult",
     "ATTACKS",
     "AutoAttackResult",
     "CaseRecord",
@@ -49,7 +47,7 @@ __all__ = [
     "DataError",
     "FABResult",
     "FMNResult",
-    "PGDResult",
+    "SearchResult",
     "RecordLog",
     "SquareResult",
     "ThreatModel",

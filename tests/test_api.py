@@ -3,6 +3,7 @@
 import importlib
 import inspect
 import os
+import re
 import subprocess
 import sys
 
@@ -222,3 +223,60 @@ def test_the_evaluation_page_stays_short():
     assert len(advjax.evaluation.__all__) <= 25
     for topic in ("checks", "engine", "gate", "stats", "summary"):
         assert importlib.import_module(f"advjax.evaluation.{topic}").__all__
+
+
+CORE_PROBE = r"""
+import importlib.abc, sys
+
+STUDY_ONLY = ("matplotlib", "sacrebleu", "tensorflow_datasets")
+
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in STUDY_ONLY:
+            raise ImportError(f"{name} is not part of a core install")
+
+
+sys.meta_path.insert(0, Refuse())
+import jax, jax.numpy as jnp, numpy as np
+import advjax, advjax.attacks, advjax.backend, advjax.data, advjax.evaluation, advjax.io
+import advjax.cli.evaluate, advjax.evaluation.gate, advjax.evaluation.stats
+
+w = jax.random.normal(jax.random.key(0), (48, 3))
+logits_fn = lambda x: x.reshape(x.shape[0], -1) @ w
+x = np.asarray(jax.random.uniform(jax.random.key(1), (6, 4, 4, 3)))
+y = np.asarray(jnp.argmax(logits_fn(x), -1))
+result = advjax.autoattack(logits_fn, x, y, 0.1, key=jax.random.key(2),
+                           members=[advjax.evaluation.Member("apgd-ce", steps=5)])
+print(sorted(m for m in sys.modules if m.split(".")[0] in STUDY_ONLY), len(result.robust))
+"""
+
+
+def test_a_core_install_needs_no_study_dependency():
+    """With matplotlib, sacrebleu and TFDS unimportable (what `pip install advjax` without
+    extras leaves out), the library imports and AutoAttack runs."""
+    done = subprocess.run([sys.executable, "-c", CORE_PROBE], capture_output=True, text=True,
+                          env=os.environ | {"ADVJAX_XLA_DEFAULTS": "0"}, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[] 6"
+
+
+def test_the_core_declares_only_what_it_needs():
+    """pyproject's core dependencies are the JAX stack; the studies' come as extras."""
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(advjax.__file__).parents[1] / "pyproject.toml").read_text())
+    core = {re.split(r"[=<>\[ ]", d)[0] for d in project["project"]["dependencies"]}
+    assert core == {"jax", "jaxlib", "flax", "optax", "chex", "numpy"}
+    extras = project["project"]["optional-dependencies"]
+    assert {"matplotlib", "tensorflow-datasets"} <= {
+        re.split(r"[=<>\[ ]", d)[0] for d in extras["studies"]
+    }
+
+
+def test_the_api_page_lists_every_public_name():
+    """docs/api.md is what `python -m tools.api_page` writes from the packages' `__all__`."""
+    from tools.api_page import PAGE, render
+
+    assert PAGE.read_text() == render(), "run python -m tools.api_page"

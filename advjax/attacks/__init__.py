@@ -7,12 +7,11 @@ under `jit`, `vmap` and `grad`. Nothing here does I/O or imports the evaluation 
 """
 
 from advjax.attacks._apgd import (
-    APGDResult,
     apgd,
     apgd_targeted,
     apgd_with_loss,
 )
-from advjax.attacks._attack_info import AttackInfo, BatchRun
+from advjax.attacks._attack import Attack, BatchRun, stream_of
 from advjax.attacks._checks import (
     check_budget,
     check_eps,
@@ -20,6 +19,13 @@ from advjax.attacks._checks import (
 from advjax.attacks._fab import FABResult, fab
 from advjax.attacks._fab_projection import projection_l2, projection_linf
 from advjax.attacks._fmn import FMNResult, fmn
+from advjax.attacks._iterative import (
+    IterateState,
+    SearchResult,
+    StepRule,
+    gradient_attack,
+    restart_keys,
+)
 from advjax.attacks._losses import (
     LOSSES,
     attack_loss,
@@ -38,17 +44,14 @@ from advjax.attacks._norms import (
     random_start,
 )
 from advjax.attacks._pgd import (
-    PGDResult,
-    PGDState,
     fgsm,
     pgd,
     pgd_finish,
     pgd_search,
     pgd_start,
     pgd_steps,
-    restart_keys,
 )
-from advjax.attacks._registry import ATTACKS, attack_info
+from advjax.attacks._registry import ATTACKS, get_attack
 from advjax.attacks._square import (
     SquareResult,
     p_schedule,
@@ -61,10 +64,11 @@ __all__ = [
     "apgd",
     "apgd_targeted",
     "apgd_with_loss",
-    "APGDResult",
+    "SearchResult",
     "ascent_direction",
-    "attack_info",
-    "AttackInfo",
+    "get_attack",
+    "gradient_attack",
+    "Attack",
     "ATTACKS",
     "attack_loss",
     "attack_success",
@@ -91,8 +95,7 @@ __all__ = [
     "pgd_search",
     "pgd_start",
     "pgd_steps",
-    "PGDResult",
-    "PGDState",
+    "IterateState",
     "project",
     "projection_l2",
     "projection_linf",
@@ -102,5 +105,7 @@ __all__ = [
     "square_l2",
     "square_linf",
     "square_sides",
+    "StepRule",
+    "stream_of",
     "SquareResult",
 ]

@@ -5,7 +5,7 @@ attack loss stalls, restarting from the best point found so far; this removes PG
 size as a tuning knob, the main reason plain PGD over-estimates robustness. The DLR loss
 is invariant to shifting and rescaling the logits, so it is not fooled by saturated
 softmax outputs. Same conventions as `advjax.attacks`: a pure `logits_fn`, pixels in
-[0, 1], vmapped restarts, per-example keys and first-break tracking (`PGDResult` rules).
+[0, 1], vmapped restarts, per-example keys and first-break tracking (`SearchResult` rules).
 
 Reference: Croce & Hein, "Reliable evaluation of adversarial robustness with an ensemble
 of diverse parameter-free attacks", ICML 2020.
@@ -22,7 +22,7 @@ import numpy as np
 from jax import lax
 
 from advjax.attacks import _norms as norms
-from advjax.attacks._attack_info import AttackInfo, BatchRun, per_case
+from advjax.attacks._attack import Attack, BatchRun, per_case
 from advjax.attacks._checks import (
     _check_inputs,
     _check_positive_int,
@@ -31,35 +31,20 @@ from advjax.attacks._checks import (
     check_key,
     check_labels,
 )
+from advjax.attacks._iterative import SearchResult, restart_keys
+from advjax.attacks._iterative import loss_and_grad as _loss_and_grad
 from advjax.attacks._losses import (
     per_example_cross_entropy,
     per_example_dlr,
     per_example_targeted_dlr,
 )
 from advjax.attacks._norms import ascent_direction, per_example, random_start
-from advjax.attacks._pgd import _loss_and_grad, restart_keys
 from advjax.backend import fast_path
 from advjax.types import Array, ArrayLike, LogitsFn
 
-__all__ = ["APGDResult", "apgd", "apgd_targeted", "per_example_dlr", "per_example_targeted_dlr"]
+__all__ = ["apgd", "apgd_targeted", "per_example_dlr", "per_example_targeted_dlr"]
 
 LossFn = Callable[[Array, Array], Array]  # (logits, labels) -> per-example loss to maximise
-
-
-class APGDResult(NamedTuple):
-    """Per-example outcome of an APGD run, with the fields and rules of `PGDResult`.
-
-    Attributes:
-      x_adv: the first misclassified iterate of the earliest restart that broke the
-        example, else the highest-loss iterate over all restarts.
-      broken_step: int32 (restarts, batch): steps after which the example was first
-        misclassified (0 = at the random start), -1 if never.
-      loss: the attack loss (CE or DLR, as chosen) at `x_adv`.
-    """
-
-    x_adv: Array
-    broken_step: Array
-    loss: Array
 
 
 # ---------------------------------------------------------------------------
@@ -227,7 +212,7 @@ def _prepare(x, y, eps, key, *, steps, norm, restarts, first_restart, rho, alpha
     return x, y, jnp.asarray(eps, x.dtype), restart_keys(key, restarts, first_restart)
 
 
-def _run(logits_fn, loss_fn, x, y, eps, keys, **options) -> APGDResult:
+def _run(logits_fn, loss_fn, x, y, eps, keys, **options) -> SearchResult:
     """All restarts under `jax.vmap`, then the per-example choice of `pgd_search`."""
     logits_fn = fast_path(logits_fn)
     kept = jax.vmap(lambda k: _apgd_single_restart(logits_fn, loss_fn, x, y, eps, k, **options))(
@@ -236,7 +221,7 @@ def _run(logits_fn, loss_fn, x, y, eps, keys, **options) -> APGDResult:
     x_adv, loss = _select_restart(kept)
     chex.assert_equal_shape((x_adv, x))
     chex.assert_shape(kept.broken_step, (keys.shape[0], y.shape[0]))
-    return APGDResult(x_adv=x_adv, broken_step=kept.broken_step, loss=loss)
+    return SearchResult(x_adv=x_adv, broken_step=kept.broken_step, loss=loss)
 
 
 def apgd(
@@ -253,7 +238,7 @@ def apgd(
     first_restart: int = 0,
     rho: float = 0.75,
     alpha: float = 0.75,
-) -> APGDResult:
+) -> SearchResult:
     """Untargeted Auto-PGD on the cross-entropy ("ce") or DLR ("dlr") loss.
 
     Each restart starts uniformly in the eps-ball, steps with momentum and step size
@@ -278,7 +263,7 @@ def apgd(
       alpha: momentum weight in (0, 1]; 1 is plain projected steps.
 
     Returns:
-      An `APGDResult` (x_adv like x, broken_step (restarts, batch), loss (batch,)).
+      An `SearchResult` (x_adv like x, broken_step (restarts, batch), loss (batch,)).
 
     Raises:
       ValueError / TypeError: bad eps, steps, restarts, rho, alpha, key shape, unknown
@@ -315,7 +300,7 @@ def apgd_with_loss(
     first_restart: int = 0,
     rho: float = 0.75,
     alpha: float = 0.75,
-) -> APGDResult:
+) -> SearchResult:
     """APGD on any per-example loss `loss_fn(logits, y)` to maximise (e.g. a targeted DLR
     whose targets are traced), with the rules and arguments of `apgd`."""
     options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
@@ -332,7 +317,7 @@ def worst_start(x: Array, y: Array) -> tuple[Array, Array, Array]:
     return x, jnp.full(y.shape, -jnp.inf, x.dtype), jnp.zeros(y.shape, bool)
 
 
-def keep_worst(carry, result: APGDResult) -> tuple[Array, Array, Array]:
+def keep_worst(carry, result: SearchResult) -> tuple[Array, Array, Array]:
     """Per case, across targets run one after another: the first breaking target's point,
     else the highest-loss point; carry = (x_adv, loss, broken so far)."""
     x_sel, loss_sel, broken_sel = carry
@@ -356,7 +341,7 @@ def apgd_targeted(
     first_restart: int = 0,
     rho: float = 0.75,
     alpha: float = 0.75,
-) -> APGDResult:
+) -> SearchResult:
     """APGD-T: APGD on the targeted DLR loss, toward each class of `target_ranks` in turn.
 
     Rank r is the class with the r-th highest clean logit (2 = runner-up; AutoAttack uses
@@ -394,7 +379,7 @@ def apgd_targeted(
 
     init = worst_start(x, y)
     (x_adv, loss, _), broken_step = lax.scan(one_target, init, jnp.asarray(target_ranks))
-    return APGDResult(x_adv, broken_step.reshape(-1, y.shape[0]), loss)
+    return SearchResult(x_adv, broken_step.reshape(-1, y.shape[0]), loss)
 
 
 # ---------------------------------------------------------------------------
@@ -423,19 +408,19 @@ def _run_targeted(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, o
 
 _REFERENCE = "Croce & Hein, ICML 2020"
 DECLARED = (
-    AttackInfo(
+    Attack(
         name="apgd-ce", run=_run_untargeted("ce"), norms=("linf", "l2"), targeted=False,
-        kind="gradient", stream=0, queries=lambda steps: steps + 1,
+        kind="gradient", queries=lambda steps: steps + 1,
         passes=lambda steps, classes: (steps + 1, steps + 1), reference=_REFERENCE,
     ),
-    AttackInfo(
+    Attack(
         name="apgd-dlr", run=_run_untargeted("dlr"), norms=("linf", "l2"), targeted=False,
-        kind="gradient", stream=1, queries=lambda steps: steps + 1,
+        kind="gradient", queries=lambda steps: steps + 1,
         passes=lambda steps, classes: (steps + 1, steps + 1), reference=_REFERENCE,
     ),
-    AttackInfo(
+    Attack(
         name="apgd-t", run=_run_targeted, norms=("linf", "l2"), targeted=True,
-        kind="gradient", stream=2, queries=lambda steps: steps + 1,
+        kind="gradient", queries=lambda steps: steps + 1,
         passes=lambda steps, classes: (steps + 2, steps + 1), options=("targets",),
         reference=_REFERENCE,
     ),

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from advjax.attacks._attack_info import AttackInfo, BatchRun
+from advjax.attacks._attack import Attack, BatchRun
 from advjax.attacks._checks import check_finite_logits
 from advjax.attacks._fab_projection import projection_l2, projection_linf
 from advjax.backend import fast_path
@@ -349,9 +349,9 @@ def _declare(targeted: bool):
     def passes(steps: int, classes: int) -> tuple[int, int]:
         return 2 * steps + 1, steps * (1 if targeted else classes)
 
-    return AttackInfo(
+    return Attack(
         name="fab-t" if targeted else "fab", run=run, norms=("linf", "l2"), targeted=targeted,
-        kind="gradient", stream=4 if targeted else 3, queries=lambda steps: 2 * steps + 1,
+        kind="gradient", queries=lambda steps: 2 * steps + 1,
         passes=passes, options=("targets",) if targeted else (), restarts=False,
         reference="Croce & Hein, ICML 2020 (FAB)",
     )  # fmt: skip

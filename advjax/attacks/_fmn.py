@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from advjax.attacks import _norms as norms
-from advjax.attacks._attack_info import AttackInfo, BatchRun, per_case
+from advjax.attacks._attack import Attack, BatchRun, per_case
 from advjax.attacks._checks import (
     _check_inputs,
     _check_positive_int,
@@ -316,8 +316,8 @@ def _run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -
 
 
 DECLARED = (
-    AttackInfo(
-        name="fmn", run=_run, norms=("linf", "l2"), targeted=False, kind="gradient", stream=9,
+    Attack(
+        name="fmn", run=_run, norms=("linf", "l2"), targeted=False, kind="gradient",
         queries=lambda steps: steps + 3 + BISECT + SHRINK,
         passes=lambda steps, classes: (steps + 3 + BISECT + SHRINK, steps + 1),
         restarts=False, reference="Pintor et al., NeurIPS 2021",

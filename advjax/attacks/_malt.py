@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from advjax.attacks._apgd import APGDResult, apgd_with_loss, keep_worst, worst_start
-from advjax.attacks._attack_info import AttackInfo, BatchRun, per_case
+from advjax.attacks._apgd import SearchResult, apgd_with_loss, keep_worst, worst_start
+from advjax.attacks._attack import Attack, BatchRun, per_case
 from advjax.attacks._checks import _check_inputs, check_finite_logits, check_labels
 from advjax.attacks._losses import per_example_targeted_dlr
 from advjax.attacks._norms import check_norm
@@ -60,7 +60,7 @@ def malt(
     norm: str = "linf",
     targets: int = 3,
     restarts: int = 1,
-) -> APGDResult:
+) -> SearchResult:
     """APGD-T toward the `targets` nearest classes by MALT's linear estimate, in turn.
 
     Args and result as in `advjax.attacks.apgd_targeted` (broken_step has shape
@@ -91,7 +91,7 @@ def malt(
         r = apgd_with_loss(logits_fn, loss_fn, x, y, eps, key=run_keys, steps=steps, norm=norm,
                            restarts=restarts)  # fmt: skip
         carry, steps_broken = keep_worst(carry, r), [*steps_broken, r.broken_step]
-    return APGDResult(carry[0], jnp.concatenate(steps_broken, axis=0), carry[1])
+    return SearchResult(carry[0], jnp.concatenate(steps_broken, axis=0), carry[1])
 
 
 # ---------------------------------------------------------------------------
@@ -110,8 +110,8 @@ def _run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -
 
 
 DECLARED = (
-    AttackInfo(
-        name="malt", run=_run, norms=("linf", "l2"), targeted=True, kind="gradient", stream=10,
+    Attack(
+        name="malt", run=_run, norms=("linf", "l2"), targeted=True, kind="gradient",
         queries=lambda steps: steps + 2,
         passes=lambda steps, classes: (steps + 2, steps + 1 + classes),
         reference="Melamed et al., NeurIPS 2024",

@@ -28,7 +28,7 @@ from advjax.attacks._checks import (
     check_key,
     check_labels,
 )
-from advjax.attacks._pgd import _project
+from advjax.attacks._norms import project
 from advjax.backend import fast_path
 from advjax.types import Array, ArrayLike, LogitsFn
 
@@ -101,7 +101,7 @@ def _stripes(key: jax.Array, x: Array, eps: Array) -> Array:
     channel), projected to the eps-ball and [0, 1]."""
     _, width, channels = x.shape
     signs = jax.random.rademacher(key, (1, width, channels), x.dtype)
-    return _project(x + eps * signs, x, eps)
+    return project(x + eps * signs, x, eps, "linf")
 
 
 def _square_window(key: jax.Array, side: Array, height: int, width: int) -> Array:
@@ -125,7 +125,7 @@ def _linf_proposal(key: jax.Array, x: Array, x_best: Array, side: Array, eps: Ar
     height, width, channels = x.shape
     window_key, sign_key = jax.random.split(key)
     window = _square_window(window_key, side, height, width)
-    up, down = _project(x + eps, x, eps), _project(x - eps, x, eps)
+    up, down = project(x + eps, x, eps, "linf"), project(x - eps, x, eps, "linf")
     changes_up = jnp.any(window & (up != x_best), axis=(0, 1))  # (channels,)
     changes_down = jnp.any(window & (down != x_best), axis=(0, 1))
     signs = jax.random.rademacher(sign_key, (_VERTEX_DRAWS, channels), x.dtype)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.attacks._attack_info import AttackInfo, BatchRun, option
+from advjax.attacks._attack import Attack, BatchRun, option
 from advjax.attacks._checks import (
     check_budget,
 )
@@ -256,8 +256,8 @@ def _run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -
 
 
 DECLARED = (
-    AttackInfo(
-        name="square", run=_run, norms=("linf", "l2"), targeted=False, kind="score", stream=5,
+    Attack(
+        name="square", run=_run, norms=("linf", "l2"), targeted=False, kind="score",
         queries=lambda steps: steps, passes=lambda steps, classes: (steps, 0),
         options=("p_init",), reference="Andriushchenko et al., ECCV 2020",
     ),

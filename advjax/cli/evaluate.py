@@ -60,8 +60,9 @@ def parse_eps(text: str) -> float:
         ) from None
 
 
-def parse_members(text: str) -> tuple[str, ...]:
-    """`apgd-ce,fab-t` -> the member methods, each an attack of `advjax.attacks.ATTACKS`."""
+def parse_members(text: str, norm: str = "linf") -> tuple[str, ...]:
+    """`apgd-ce,fab-t` -> the member methods, each an attack of `advjax.attacks.ATTACKS`
+    that declares `norm`."""
     from advjax.attacks import ATTACKS
 
     names = tuple(n.strip() for n in text.split(",") if n.strip())
@@ -70,6 +71,11 @@ def parse_members(text: str) -> tuple[str, ...]:
         raise ValueError(
             f"--members {text!r}: expected comma-separated attacks among {', '.join(ATTACKS)}"
         )
+    for name in names:
+        try:
+            ATTACKS[name].check_norm(norm)
+        except ValueError as e:
+            raise ValueError(f"--members: {e}") from None
     return names
 
 
@@ -227,7 +233,7 @@ def evaluate(args, argv) -> int:
         raise ValueError(
             f"--eps {args.eps:g} must be in [0, {limit:g}] for --norm {args.norm} (e.g. 8/255)"
         )
-    members = None if args.members is None else parse_members(args.members)
+    members = None if args.members is None else parse_members(args.members, args.norm)
     if args.coordinator:
         start_processes(args)
     index, count = this_process()

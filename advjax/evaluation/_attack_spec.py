@@ -74,8 +74,7 @@ class AttackSpec:
             raise ValueError(f"attack {self.name!r} needs at least one eps")
         if self.norm not in NORMS:
             raise ValueError(f"norm={self.norm!r} must be one of {NORMS}")
-        if self.norm not in info.norms:
-            raise ValueError(f"{self.method} runs in {info.norms} only, got norm={self.norm!r}")
+        info.check_norm(self.norm)
         if self.loss not in LOSSES:
             raise ValueError(f"loss={self.loss!r} must be one of {LOSSES}")
         if self.loss != "ce" and "loss" not in info.options:

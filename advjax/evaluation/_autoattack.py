@@ -74,7 +74,7 @@ class Member:
 
     @property
     def info(self):
-        """The method's registry entry (`advjax.attacks.AttackInfo`)."""
+        """The method's registry entry (`advjax.attacks.Attack`)."""
         return ATTACKS[self.method]
 
     @property
@@ -178,7 +178,8 @@ class AutoAttackResult(NamedTuple):
 
 def resolve_members(version: str, members: Sequence[Member] | None, norm: str) -> tuple:
     """The member list of a version (or the custom list), the same for norm="linf" and "l2"
-    (Square runs as `square_linf` or `square_l2`)."""
+    (Square runs as `square_linf` or `square_l2`); a member whose attack does not declare
+    `norm` is refused."""
     if members is None:
         if version == "fast":
             raise ValueError("version='fast' has no single member list (its lists: "
@@ -194,6 +195,8 @@ def resolve_members(version: str, members: Sequence[Member] | None, norm: str) -
     methods = [m.method for m in members]
     if len(set(methods)) != len(methods):
         raise ValueError(f"members must use distinct methods, got {methods}")
+    for m in members:
+        m.info.check_norm(norm)
     return members
 
 

@@ -70,7 +70,10 @@ def schedule_members(version: str, members: Sequence[Member] | None, norm: str) 
     the custom) list; for the fast version, its always, probe and escalation lists (a
     sampled case may meet all three)."""
     if version == "fast" and members is None:
-        return FAST.always + FAST.probe + FAST.escalation
+        every = FAST.always + FAST.probe + FAST.escalation
+        for m in every:
+            m.info.check_norm(norm)
+        return every
     return resolve_members(version, members, norm)
 
 

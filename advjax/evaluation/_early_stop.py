@@ -22,9 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax._jit_argument import as_jit_argument
+from advjax.attacks import IterateState, restart_keys
 from advjax.attacks._losses import per_example_cross_entropy
-from advjax.attacks._pgd import PGDState, pgd_finish, pgd_start, restart_keys
-from advjax.attacks._pgd import pgd_steps as run_pgd_steps
 from advjax.attacks._registry import ATTACKS
 from advjax.evaluation._attack_spec import AttackSpec
 from advjax.evaluation._engine import RunResult, attack_stages, padded_batches
@@ -37,9 +36,10 @@ class Program(NamedTuple):
 
     search(x, y, eps, keys, restart) -> (clean_pred, x_adv, adv_pred, loss, broken, capped):
       one whole restart of any method but pgd (broken: queries to the first break).
-    start(x, y, eps, keys, restart) -> (clean_pred, PGDState)
-    steps(state, x, y, eps, start, stop) -> PGDState
-    finish(state, y) -> (x_adv, adv_pred, loss, broken_step): pgd, in chunks of steps.
+    start(x, y, eps, keys, restart) -> (clean_pred, IterateState)
+    steps(state, x, y, eps, start, stop) -> IterateState
+    finish(state, y) -> (x_adv, adv_pred, loss, broken_step): an iterative gradient attack
+      (one with a `StepRule`, e.g. pgd), in chunks of steps.
     """
 
     search: Callable
@@ -53,7 +53,7 @@ def _options(spec: AttackSpec) -> dict:
 
 
 def _search(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, keys, restart):
-    """(x_adv, broken, capped) of one restart of a method run whole (every method but pgd).
+    """(x_adv, broken, capped) of one restart of a method run whole (one without a step rule).
 
     A targeted method runs its targets one after another; a case is final at the first
     target that breaks it (broken: the queries of the earlier targets plus this one's),
@@ -96,15 +96,17 @@ def _search_program(spec, logits_fn, source_fn, x, y, eps, keys, restart):
 
 @functools.partial(jax.jit, static_argnums=(0, 7))
 def _start_program(spec, logits_fn, source_fn, x, y, eps, keys, restart):
-    state = pgd_start(x, eps, restart_keys(keys, 1, restart)[0], spec.norm)
+    rule = ATTACKS[spec.method].rule
+    state = rule.start(x, eps, restart_keys(keys, 1, restart)[0], spec.norm)
     return jnp.argmax(logits_fn(x), axis=-1), state
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _steps_program(spec, logits_fn, source_fn, state, x, y, eps, lo, hi):
     craft_fn = logits_fn if source_fn is None else source_fn
-    step_size = spec.step_fraction * eps
-    return run_pgd_steps(
+    rule = ATTACKS[spec.method].rule
+    step_size = rule.step_size(eps, spec.steps, _options(spec))
+    return rule.run_steps(
         craft_fn, state, x, y, eps, step_size, lo, hi, norm=spec.norm, loss=spec.loss
     )
 
@@ -112,7 +114,7 @@ def _steps_program(spec, logits_fn, source_fn, state, x, y, eps, lo, hi):
 @functools.partial(jax.jit, static_argnums=0)
 def _finish_program(spec, logits_fn, source_fn, state, y):
     craft_fn = logits_fn if source_fn is None else source_fn
-    state = pgd_finish(craft_fn, state, y, spec.steps, loss=spec.loss)
+    state = ATTACKS[spec.method].rule.finish(craft_fn, state, y, spec.steps, loss=spec.loss)
     adv_pred, loss = _target_outcome(logits_fn, state.best, y)
     broken = state.broken_step if source_fn is None else jnp.full_like(y, -1)
     return state.best, adv_pred, loss, broken
@@ -159,16 +161,17 @@ class Outcome:
 
 class _CampaignStage:
     """A campaign attack at one eps as a stage of the engine: its restarts, in batches of
-    `spec.batch_size` (part of the config: replay uses it); pgd in chunks of steps with the
-    broken cases compacted out between chunks, every other method one whole restart per
-    batch. `out` collects what the records need."""
+    `spec.batch_size` (part of the config: replay uses it); an iterative gradient attack
+    (pgd, mi-fgsm) in chunks of steps with the broken cases compacted out between chunks,
+    every other method one whole restart per batch. `out` collects what the records need."""
 
     def __init__(self, program: Program, spec: AttackSpec, x, y, eps: float, keys, out):
         self.program, self.spec, self.out = program, spec, out
         self.x, self.y, self.keys = x, y, keys
         self.eps = jnp.float32(eps)
+        self.chunked = ATTACKS[spec.method].rule is not None
         # At eps 0 every iterate of every restart is x itself: the first evaluation decides.
-        self.steps, restarts = (1, 1) if eps == 0 and spec.method == "pgd" else (
+        self.steps, restarts = (1, 1) if eps == 0 and self.chunked else (
             spec.steps, spec.restarts)  # fmt: skip
         self.runs = list(range(restarts))
 
@@ -178,7 +181,7 @@ class _CampaignStage:
         return RunResult(x_adv, adv, loss, broken >= 0, broken, spent, capped)
 
     def run_cases(self, todo, restart, number):
-        if self.spec.method != "pgd":
+        if not self.chunked:
             yield from self._search(todo, restart)
         else:
             yield from self._chunked(todo, restart)
@@ -197,25 +200,31 @@ class _CampaignStage:
         x, y, keys, out = self.x, self.y, self.keys, self.out
         spec, program = self.spec, self.program
         n = len(y)
-        fields = [np.zeros((n, *x.shape[1:]), np.float32), None, np.zeros(n, np.float32),
-                  np.zeros(n, np.int32)]  # fmt: skip
-        fields[1] = np.zeros_like(fields[0])
+        fields, treedef = None, None  # the state's leaves, one host array each over every case
         for part, index in padded_batches(todo, spec.batch_size):
             clean, state = program.start(x[index], y[index], self.eps, keys[index], restart)
             out.clean_pred[part] = np.asarray(clean)[: len(part)]
-            for field, value in zip(fields, state):
+            leaves, treedef = jax.tree_util.tree_flatten(state)
+            if fields is None:
+                fields = [np.zeros((n, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
+            for field, value in zip(fields, leaves):
                 field[part] = np.asarray(value)[: len(part)]
+
+        def state_of(index):
+            return treedef.unflatten([jnp.asarray(f[index]) for f in fields])
+
+        broken_step = IterateState._fields.index("broken_step")
         active = todo
         for lo, hi in chunk_bounds(self.steps, spec.chunk_steps):
             for part, index in padded_batches(active, spec.batch_size):
-                state = PGDState(*(jnp.asarray(f[index]) for f in fields))
-                state = program.steps(state, x[index], y[index], self.eps, lo, hi)
-                for field, value in zip(fields, state):
+                state = program.steps(state_of(index), x[index], y[index], self.eps, lo, hi)
+                for field, value in zip(fields, jax.tree_util.tree_leaves(state)):
                     field[part] = np.asarray(value)[: len(part)]
-            ended = active if hi == self.steps else active[fields[3][active] >= 0]
+            ended = active if hi == self.steps else active[fields[broken_step][active] >= 0]
             for part, index in padded_batches(ended, spec.batch_size):
-                state = PGDState(*(jnp.asarray(f[index]) for f in fields))
-                results = [np.asarray(a)[: len(part)] for a in program.finish(state, y[index])]
+                results = [
+                    np.asarray(a)[: len(part)] for a in program.finish(state_of(index), y[index])
+                ]
                 if len(self.runs) < spec.restarts:  # eps 0: the restarts not run repeat this one
                     out.by_restart[len(self.runs) :, part[results[3] < 0]] = -1
                 yield part, self._result(part, *results)
@@ -255,7 +264,7 @@ def attack_cases(
     def settle(_, restart: int, index: np.ndarray, r: RunResult) -> None:
         """Keep the run's points, and report the final cases of the batch in case order."""
         out.by_restart[restart, index] = r.step
-        if spec.method != "pgd":
+        if not stage.chunked:
             out.capped[index] = r.capped & (r.step < 0)
         better = r.broken | (r.loss > out.loss[index])
         take = index[better]

@@ -157,7 +157,7 @@ def sharded_eval(fn: Callable, mesh: Mesh, *, replicated_argnums: Sequence[int] 
     Positional arguments are batches split along their leading axis, except those at
     `replicated_argnums` (model variables, eps, ...), which are copied to every device. Every
     output leaf must have the examples as its leading axis (e.g. return
-    `PGDResult.broken_step.T`, whose axis 0 is the restarts); outputs come back split.
+    `SearchResult.broken_step.T`, whose axis 0 is the restarts); outputs come back split.
     Suited to predictions and attacks, whose examples are independent, so the result equals
     the single-device one. Keyword arguments are not supported (bind them with
     `functools.partial`).

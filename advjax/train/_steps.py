@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 from flax.training import train_state
 
+from advjax.attacks import fgsm, pgd_start, pgd_steps, project
 from advjax.attacks._checks import check_eps
 from advjax.attacks._losses import per_example_cross_entropy
-from advjax.attacks._pgd import _project, fgsm, pgd_start, pgd_steps
 from advjax.train._augment import augment, to_float
 from advjax.types import Array, ArrayLike, LogitsFn
 
@@ -279,7 +279,7 @@ def trades_examples(
 
     def body(_, x_adv):
         grad = jax.grad(lambda z: _kl(clean, logits_fn(z)).sum())(x_adv)
-        return _project(x_adv + step_size * jnp.sign(grad), x, eps)
+        return project(x_adv + step_size * jnp.sign(grad), x, eps, "linf")
 
     return jax.lax.fori_loop(0, steps, body, x0)
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
 from advjax.attacks import (
-    APGDResult,
+    SearchResult,
     apgd,
     apgd_targeted,
     per_example_cross_entropy,
@@ -50,7 +50,7 @@ def _flat_logits_fn(x: jax.Array) -> jax.Array:
 def _attack(
     kind="ce", norm="linf", steps=STEPS, restarts=1, first_restart=0, model="linear", ranks=(2, 3)
 ):
-    """A jitted attack (x, y, eps, key) -> APGDResult; eps and key traced, the rest static."""
+    """A jitted attack (x, y, eps, key) -> SearchResult; eps and key traced, the rest static."""
     logits_fn = LINEAR if model == "linear" else _flat_logits_fn
     options = dict(steps=steps, norm=norm, restarts=restarts, first_restart=first_restart)
 
@@ -149,10 +149,10 @@ def test_per_example_keys_make_each_result_independent_of_its_batch():
 
 
 def test_result_shapes_and_broken_step_range():
-    """APGDResult: x_adv like x, broken_step int32 (restarts, batch) in [-1, steps], loss (B,)."""
+    """SearchResult: x_adv like x, broken_step int32 (restarts, batch) in [-1, steps], loss (B,)."""
     x, y = _linear_setup()
     result = _attack("ce", "linf", restarts=2)(x, y, 0.02, KEY)
-    assert isinstance(result, APGDResult)
+    assert isinstance(result, SearchResult)
     chex.assert_shape(result.x_adv, x.shape)
     chex.assert_type(result.x_adv, jnp.float32)
     chex.assert_shape(result.broken_step, (2, N))

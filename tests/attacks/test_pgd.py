@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from conftest import linear_weights, make_linear_batch, make_linear_logits_fn, numpy_ce_and_grad
 
-from advjax.attacks import PGDResult, fgsm, per_example_cross_entropy, pgd, pgd_search
+from advjax.attacks import SearchResult, fgsm, per_example_cross_entropy, pgd, pgd_search
 from advjax.attacks import _pgd as attacks
+from advjax.attacks._iterative import restart_keys
+from advjax.attacks._iterative import single_restart as single
 from advjax.model import eval_logits_fn
 
 EPS = 8 / 255
@@ -143,7 +145,7 @@ class AttackVariantsTest(chex.TestCase):
         eps = 0.04
         starts = [
             np.asarray(attacks.pgd_start(jnp.asarray(x), eps, k).x_adv)
-            for k in attacks.restart_keys(KEY, 2)
+            for k in restart_keys(KEY, 2)
         ]
         w, b = linear_weights(logits_fn)
         x_adv, broken, loss = _numpy_pgd(w, b, x, y, eps, starts, steps=2)
@@ -351,10 +353,10 @@ def test_bad_step_size_error_names_step_size():
 
 
 def test_pgd_search_result_shapes_and_broken_step_range():
-    """PGDResult: x_adv like x, broken_step int32 (restarts, batch) in [-1, steps], loss (B,)."""
+    """SearchResult: x_adv like x, broken_step int32 (restarts, batch) in [-1, steps], loss (B,)."""
     logits_fn, x, y = _linear_setup(n=32)
     result = pgd_search(logits_fn, x, y, 0.04, key=KEY, steps=2, restarts=4)
-    assert isinstance(result, PGDResult)
+    assert isinstance(result, SearchResult)
     chex.assert_shape(result.x_adv, x.shape)
     chex.assert_type(result.x_adv, jnp.float32)
     chex.assert_shape(result.broken_step, (4, 32))
@@ -374,7 +376,7 @@ def test_restarts_keep_the_per_example_worst_case():
     result = pgd_search(logits_fn, x, y, eps, key=KEY, steps=steps, restarts=restarts)
     xj, yj, eps_a = jnp.asarray(x), jnp.asarray(y), jnp.float32(eps)
     single_restart = jax.jit(
-        lambda k: attacks._pgd_single_restart(logits_fn, xj, yj, eps_a, eps_a / 4, steps, k)
+        lambda k: single(attacks.PGD_RULE, logits_fn, xj, yj, eps_a, eps_a / 4, steps, k)
     )
     singles = [single_restart(k) for k in jax.random.split(KEY, restarts)]
     single_broken = np.stack([np.asarray(s.broken_step) for s in singles])
@@ -468,7 +470,7 @@ def test_trained_model_pgd_beats_fgsm_and_robust_accuracy_is_low(attacked):
 
 def test_trained_model_pgd_x_adv_is_misclassified_exactly_where_broken(attacked):
     """The returned point is misclassified iff broken_step records a break (up to exact ties
-    of the top logits), and PGDResult.loss is the cross-entropy at the returned point."""
+    of the top logits), and SearchResult.loss is the cross-entropy at the returned point."""
     y, logits, result = attacked["y"], attacked["logits"]["pgd"], attacked["pgd"]
     broken = np.asarray((result.broken_step >= 0).any(axis=0))
     wrong = np.asarray(jnp.argmax(logits, -1) != y)

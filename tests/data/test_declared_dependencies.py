@@ -55,10 +55,13 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def declared_closure(root: str = "advjax", *, without: frozenset = frozenset()) -> set[str]:
-    """Canonical names of `root` and every distribution its requirements bring, transitively
-    (markers evaluated here, extras followed), leaving out `without` from `root`'s own list."""
-    todo, seen, names = [(root, frozenset())], set(), set()
+def declared_closure(
+    root: str = "advjax", *, without: frozenset = frozenset(), extras=frozenset({"studies"})
+) -> set[str]:
+    """Canonical names of `root` (with its `extras`: TFDS comes with the studies) and every
+    distribution its requirements bring, transitively (markers evaluated here, extras
+    followed), leaving out `without` from `root`'s own list."""
+    todo, seen, names = [(root, frozenset(extras))], set(), set()
     while todo:
         name, extras = todo.pop()
         if (name, extras) in seen:

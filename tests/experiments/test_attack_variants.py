@@ -12,7 +12,7 @@ import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
 from advjax.attacks import (
-    PGDState,
+    IterateState,
     attack_loss,
     fgsm,
     per_example_margin,
@@ -131,7 +131,7 @@ def test_chunked_steps_equal_one_run(norm, loss, targeted):
     start = pgd_start(x, eps, KEY, norm)
     whole = pgd_steps(logits_fn, start, x, labels, eps, step, 0, 7, **kw)
     part = pgd_steps(logits_fn, start, x, labels, eps, step, 0, 3, **kw)
-    part = pgd_steps(logits_fn, PGDState(*part), x, labels, eps, step, 3, 7, **kw)
+    part = pgd_steps(logits_fn, IterateState(*part), x, labels, eps, step, 3, 7, **kw)
     chex.assert_trees_all_close(whole, part)
     kw.pop("norm")
     chex.assert_trees_all_close(
