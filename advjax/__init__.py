@@ -27,13 +27,9 @@ from advjax.attacks import (
 from advjax.data import Cifar10, DataError, load_cifar10, study_splits
 from advjax.evaluation import AutoAttackResult, ThreatModel, autoattack
 from advjax.evaluation.stats import wilson_interval
-from advjax.io import (
-    CaseRecord,
-    RecordLog,
-    load_checkpoint,
-    save_checkpoint,
-)
+from advjax.io import load_checkpoint, save_checkpoint
 from advjax.model import CompactCNN, eval_logits_fn
+from advjax.records import CaseRecord, RecordLog
 from advjax.train import TrainConfig, TrainState, create_train_state, make_train_step
 
 __version__ = "0.1.0"

@@ -39,7 +39,7 @@ def main(argv=None) -> dict:
     from advjax.evaluation.engine import resolve_members
     from advjax.evaluation.stats import format_rate, rate
     from advjax.io import environment, load_checkpoint
-    from advjax.model import eval_logits_fn
+    from advjax.model import CompactCNN, eval_logits_fn
     from benchmarks.autoattack_peer import (
         batched_logits,
         full_budget,
@@ -52,7 +52,7 @@ def main(argv=None) -> dict:
     from benchmarks.user_models import plain_compact_cnn
 
     x, y = study_images(args.study, args.n, args.data_dir)
-    model, variables = load_checkpoint(args.checkpoint)
+    model, variables = load_checkpoint(args.checkpoint, CompactCNN)
     plain = plain_compact_cnn(variables, model.activation)
     logits = batched_logits(plain, x)
     own = batched_logits(eval_logits_fn(model, variables), x)

@@ -111,8 +111,9 @@ def peer_parser(doc: str, *, n: int) -> argparse.ArgumentParser:
 def study_checkpoint(study, model: str):
     """A study's committed checkpoint by model name: (model, variables)."""
     from advjax.io import load_checkpoint
+    from advjax.model import CompactCNN
 
-    return load_checkpoint(Path(study) / "checkpoints" / f"{model}.msgpack")
+    return load_checkpoint(Path(study) / "checkpoints" / f"{model}.msgpack", CompactCNN)
 
 
 def batched_logits(logits_fn, x, batch: int = 250) -> np.ndarray:
@@ -195,8 +196,9 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     from advjax.evaluation.engine import resolve_members
     from advjax.evaluation.stats import format_rate, rate
-    from advjax.io import atomic_write_json, atomic_write_text, environment
+    from advjax.io import environment
     from advjax.model import eval_logits_fn
+    from advjax.records import atomic_write_json, atomic_write_text
 
     x, y = study_images(args.study, args.n, args.data_dir)
     model, variables = study_checkpoint(args.study, args.model)

@@ -40,9 +40,7 @@ def advjax_robust(records, model: str, n: int) -> tuple[np.ndarray, str]:
     from advjax.evaluation import (
         AUTOATTACK,
     )
-    from advjax.io import (
-        ROBUST_STATUSES,
-    )
+    from advjax.records import ROBUST_STATUSES
 
     mine = [r for r in records if r.model == model and r.attack == AUTOATTACK]
     if sorted(r.case_id for r in mine) != list(range(n)):
@@ -109,9 +107,9 @@ def from_benchmark(path: Path, name: str, study_dir: Path, n: int) -> dict | Non
 def attack(args: argparse.Namespace, checkpoint: Path, x: np.ndarray, y: np.ndarray) -> dict:
     """torchattacks' standard AutoAttack on the checkpoint's weights, timed here."""
     from advjax.io import environment, load_checkpoint
-    from advjax.model import eval_logits_fn
+    from advjax.model import CompactCNN, eval_logits_fn
 
-    model, variables = load_checkpoint(checkpoint)
+    model, variables = load_checkpoint(checkpoint, CompactCNN)
     logits_fn = jax.jit(eval_logits_fn(model, variables))
     logits = np.concatenate([np.asarray(logits_fn(x[i : i + 250])) for i in range(0, len(y), 250)])
     load_start, started = list(os.getloadavg()), time.perf_counter()
@@ -155,7 +153,7 @@ def compare(args: argparse.Namespace, argv, study_dir: Path, folder: Path) -> di
     """Attack (or take from the benchmark) every model not yet in the peer file; the file."""
     from advjax.data import load_cifar10
     from advjax.evaluation.stats import format_rate, rate
-    from advjax.io import atomic_write_json, read_records, record_file
+    from advjax.records import atomic_write_json, read_records, record_file
     from advjax.train import to_float
 
     study = json.loads((study_dir / "results.json").read_text())

@@ -146,7 +146,9 @@ def main(argv=None) -> dict:
     p.add_argument("--idle-note", default="", help="what else the machine ran, for the report")
     args = p.parse_args(argv)
     from advjax.data import load_cifar10
-    from advjax.io import atomic_write_json, atomic_write_text, load_checkpoint
+    from advjax.io import load_checkpoint
+    from advjax.model import CompactCNN
+    from advjax.records import atomic_write_json, atomic_write_text
     from advjax.train import to_float
 
     machine = describe_machine(str(REPO))
@@ -154,7 +156,9 @@ def main(argv=None) -> dict:
     index = np.asarray(study["data"]["eval_indices"])
     data = load_cifar10(args.data_dir, splits=("test",))
     x, y = np.asarray(to_float(data.test_images[index])), np.asarray(data.test_labels[index])
-    model, variables = load_checkpoint(Path(args.study) / "checkpoints" / f"{args.model}.msgpack")
+    model, variables = load_checkpoint(
+        Path(args.study) / "checkpoints" / f"{args.model}.msgpack", CompactCNN
+    )
     xb, yb = jnp.asarray(x[: args.batch]), jnp.asarray(y[: args.batch])
     programs = jax_programs(model, variables, xb, yb, args.train_batch)
 

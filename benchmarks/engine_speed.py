@@ -126,7 +126,7 @@ def committed_agreement(side: dict) -> dict:
     the study's attack records, field by field, and AutoAttack's cases (breaking member, -2
     wrong on the clean input, -1 robust; queries of every member together) against the
     committed standard evaluation in `strong_evaluation/`."""
-    from advjax.io import read_records
+    from advjax.records import read_records
 
     committed = {
         f"{r.model}|{r.attack}|{r.eps!r}|{r.case_id}": json.loads(

@@ -23,7 +23,6 @@ from advjax import backend
 backend.configure()
 
 import advjax  # noqa: E402
-from advjax.io import RecordLog, load_logits_fn, record_file  # noqa: E402
 from advjax.train import to_float  # noqa: E402
 from experiments.cifar_robustness.config import profile  # noqa: E402
 from experiments.cifar_robustness.evaluation import (  # noqa: E402
@@ -31,6 +30,12 @@ from experiments.cifar_robustness.evaluation import (  # noqa: E402
     study_threat_model,
 )
 from experiments.cifar_robustness.study import load_study_data  # noqa: E402
+
+try:  # the record log's and the checkpoint reader's packages at this side's revision
+    from advjax.model import load_logits_fn
+    from advjax.records import RecordLog, record_file
+except ImportError:
+    from advjax.io import RecordLog, load_logits_fn, record_file
 
 OUTCOME_FIELDS = ("status", "clean_pred", "adv_pred", "queries", "first_break_step", "key_path")
 

@@ -51,7 +51,8 @@ def run_pair(study_dir: Path, strong_dir: Path, models, data_dir) -> list[dict]:
     import jax
 
     from advjax.evaluation import autoattack
-    from advjax.io import load_logits_fn, read_records, record_file
+    from advjax.model import load_logits_fn
+    from advjax.records import read_records, record_file
     from benchmarks.autoattack_peer import study_images
 
     study = json.loads((study_dir / "results.json").read_text())

@@ -152,7 +152,8 @@ def main(argv=None) -> dict:
 
     import foolbox
 
-    from advjax.io import environment, load_logits_fn
+    from advjax.io import environment
+    from advjax.model import load_logits_fn
     from benchmarks.autoattack_peer import study_images
     from benchmarks.machine import load_average
     from benchmarks.report import write_report

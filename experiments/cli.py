@@ -19,15 +19,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from advjax.data import DataError
-from advjax.io import (
-    CheckpointError,
-    LockedError,
-    OutputLock,
-    RecordError,
-    RecordRepair,
-    repair_records,
-)
-from advjax.io._record_log import REPAIR_FLAG
+from advjax.io import CheckpointError, LockedError, OutputLock
+from advjax.records import REPAIR_FLAG, RecordError, RecordRepair, repair_records
 
 USER_ERRORS = (
     ValueError,
@@ -87,7 +80,7 @@ def add_repair_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def repair_record_files(paths: Iterable[str | os.PathLike]) -> list[RecordRepair]:
-    """`advjax.io.repair_records` on each existing file of `paths`; one line per file."""
+    """`advjax.records.repair_records` on each existing file of `paths`; one line per file."""
     paths = [Path(p) for p in paths]
     found = [p for p in paths if p.is_file()]
     if not found:

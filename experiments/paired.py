@@ -18,7 +18,8 @@ from pathlib import Path
 
 from advjax.evaluation import group_records, parse_eps
 from advjax.evaluation.stats import format_rate, paired_robustness
-from advjax.io import atomic_write_json, atomic_write_text, environment, read_records, record_file
+from advjax.io import environment
+from advjax.records import atomic_write_json, atomic_write_text, read_records, record_file
 from experiments.cli import hold_output_folder, run_command
 
 PROG = "experiments.paired"

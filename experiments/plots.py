@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from advjax.io import atomic_write_bytes  # noqa: E402
+from advjax.records import atomic_write_bytes
 
 MAX_SERIES = 6
 """Most labelled series one axes carries; beyond it a figure becomes small multiples."""

@@ -28,6 +28,7 @@ PACKAGES = [
     "advjax.evaluation.summary",
     "advjax.io",
     "advjax.model",
+    "advjax.records",
     "advjax.train",
     "advjax.text",
     "advjax.text.classify",
@@ -101,14 +102,42 @@ def test_attacks_stand_alone():
         assert name.startswith(("advjax.attacks", "advjax.types", "advjax.backend")), (path, name)
 
 
-def test_io_does_not_import_the_evaluation_layer():
-    """The layers import one way: evaluation reads and writes through `advjax.io` (the
-    record, the record log, checkpoints), never the other way round."""
+def test_records_are_at_the_bottom_and_io_imports_no_model():
+    """The layers import one way, downward: `advjax.records` (the record, its verdict rules,
+    the record log) imports nothing of advjax; `advjax.io` (checkpoints, locks) only records,
+    so a checkpoint's model is the caller's class; evaluation builds records on both."""
+    for path, name in _advjax_imports("advjax.records"):
+        assert name.startswith("advjax.records"), (path, name)
     for path, name in _advjax_imports("advjax.io"):
-        assert not name.startswith(("advjax.evaluation", "advjax.train", "advjax.text")), (
-            path,
-            name,
-        )
+        assert name.startswith(("advjax.io", "advjax.records", "advjax.backend")), (path, name)
+
+
+def test_no_library_module_imports_another_packages_private_module():
+    """A module imports another package's names from its public face (`__all__`); private
+    modules (`_name`) are reached only from inside their own package or below it."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(advjax.__file__).parent
+    crossing = []
+    for path in root.rglob("*.py"):
+        package = path.parent.relative_to(root.parent).as_posix().replace("/", ".")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            else:
+                continue
+            for module in (m for m in modules if m.startswith("advjax.")):
+                parts = module.split(".")
+                private = next((i for i, p in enumerate(parts) if p.startswith("_")), None)
+                if private is None:
+                    continue
+                owner = ".".join(parts[:private])
+                if not (package == owner or package.startswith(owner + ".")):
+                    crossing.append(f"{path.relative_to(root.parent)}: {module}")
+    assert not crossing, crossing
 
 
 def test_the_commands_sit_on_top_of_the_library():
@@ -182,7 +211,10 @@ SIGNATURES = {
         ("key", KW, EMPTY), ("steps", KW, 20), ("step_size", KW, None), ("restarts", KW, 1), ("first_restart", KW, 0),
         ("norm", KW, "linf"), ("loss", KW, "ce"), ("target", KW, None),
     ],
-    "advjax.io.load_checkpoint": [("path", PK, EMPTY)],
+    "advjax.io.load_checkpoint": [
+        ("path", PK, EMPTY), ("model_class", PK, EMPTY), ("input_shape", KW, (1, 32, 32, 3)),
+    ],
+    "advjax.model.load_logits_fn": [("path", PK, EMPTY)],
 }  # fmt: skip
 
 

@@ -24,7 +24,9 @@ from advjax import backend
 from advjax.data import load_cifar10, study_splits
 from advjax.evaluation import parse_eps
 from advjax.evaluation.stats import format_rate, rate
-from advjax.io import atomic_write_json, environment, load_checkpoint
+from advjax.io import environment, load_checkpoint
+from advjax.model import CompactCNN
+from advjax.records import atomic_write_json
 from advjax.train import pgd_accuracy, subset_indices
 from experiments.cifar_robustness.study import model_train_indices
 from experiments.cli import hold_output_folder, run_command
@@ -57,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def fit_of(checkpoint: Path, sets: dict, *, eps: float, steps: int, key) -> dict:
     """Clean and PGD accuracy of one checkpoint on each named (images, labels) set."""
-    model, variables = load_checkpoint(checkpoint)
+    model, variables = load_checkpoint(checkpoint, CompactCNN)
     state = types.SimpleNamespace(
         apply_fn=model.apply, params=variables["params"], batch_stats=variables["batch_stats"]
     )

@@ -17,7 +17,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from advjax.io import atomic_write_json, atomic_write_text, environment, read_checkpoint
+from advjax.io import environment, read_checkpoint
+from advjax.records import atomic_write_json, atomic_write_text
 from advjax.train import read_fit_history
 from experiments import plots
 from experiments.cifar_robustness.config import profile

@@ -171,7 +171,7 @@ def start_processes(args) -> None:
 def load_logits_fn(args):
     """(logits_fn, name, model hash) of --checkpoint or --model."""
     if args.checkpoint:
-        from advjax.io import load_logits_fn
+        from advjax.model import load_logits_fn
 
         path = Path(args.checkpoint)
         logits_fn, digest = load_logits_fn(path)
@@ -187,7 +187,8 @@ def load_logits_fn(args):
 def main(argv=None) -> int:
     backend.configure()  # advjax's XLA CPU settings, before any JAX work
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from advjax.io import LockedError, RecordError
+    from advjax.io import LockedError
+    from advjax.records import RecordError
 
     return run_command(
         PROG,
@@ -201,7 +202,8 @@ def main(argv=None) -> int:
 
 def repair(args) -> int:
     """`--repair-records`: repair <out>'s record file, holding the folder; exit code 0."""
-    from advjax.io import OutputLock, record_file, repair_records
+    from advjax.io import OutputLock
+    from advjax.records import record_file, repair_records
 
     with OutputLock(args.out):
         path = record_file(args.out)

@@ -37,7 +37,7 @@ def format_summary(summary: dict, metric: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, score the files, print the summary; return the exit code."""
-    from advjax.text.translate._metrics import METRICS
+    from advjax.text.translate import METRICS
 
     parser = argparse.ArgumentParser(
         prog="python -m advjax.text.score", description=__doc__.split("\n\n")[0]
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def score(args) -> int:
-    from advjax.io import atomic_write_text
+    from advjax.records import atomic_write_text
     from advjax.text.translate import per_line_tsv, score_files, summarize
 
     scores = score_files(

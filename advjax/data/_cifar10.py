@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from jax.typing import ArrayLike
 
-from advjax.io._atomic import atomic_write_bytes
+from advjax.records import atomic_write_bytes
 
 DATA_DIR_ENV = "ADVJAX_DATA_DIR"
 NUM_CLASSES = 10

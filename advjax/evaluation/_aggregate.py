@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from advjax.evaluation._metrics import rate
-from advjax.io._case_record import ROBUST_STATUSES, STATUSES, CaseRecord
+from advjax.records import ROBUST_STATUSES, STATUSES, CaseRecord
 
 GroupKey = tuple[str, str, float]
 """(model, attack, eps)."""

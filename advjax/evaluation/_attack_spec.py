@@ -4,10 +4,7 @@ import dataclasses
 import hashlib
 import json
 
-from advjax.attacks._checks import check_budget
-from advjax.attacks._losses import LOSSES
-from advjax.attacks._norms import NORMS
-from advjax.attacks._registry import ATTACKS
+from advjax.attacks import ATTACKS, LOSSES, NORMS, check_budget
 from advjax.evaluation._threat_model import ThreatModel, format_eps
 
 METHODS = tuple(ATTACKS)

@@ -23,8 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax._jit_argument import as_jit_argument
-from advjax.attacks._norms import perturbation_norm
-from advjax.attacks._registry import ATTACKS
+from advjax.attacks import ATTACKS, perturbation_norm
 from advjax.evaluation._autoattack_checks import run_checks, validate_inputs
 from advjax.evaluation._autoattack_fast import FastMembers, run_fast
 from advjax.evaluation._autoattack_stages import JUDGE_DRAWS, attack_members, eot_logits

@@ -10,8 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.attacks._losses import per_example_cross_entropy
-from advjax.attacks._norms import NORMS, perturbation_norm
+from advjax.attacks import NORMS, per_example_cross_entropy, perturbation_norm
 from advjax.evaluation._sanity import Check
 
 PROBE = 32  # cases probed for randomness, probabilities and gradients

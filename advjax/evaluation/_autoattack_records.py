@@ -41,8 +41,7 @@ from advjax.evaluation._keys import key_root, root_key
 from advjax.evaluation._processes import gather_from_every_process
 from advjax.evaluation._sanity import Check
 from advjax.evaluation._threat_model import ThreatModel
-from advjax.io._case_record import ROBUST_STATUSES, CaseRecord, classify_status
-from advjax.io._record_log import RecordLog
+from advjax.records import ROBUST_STATUSES, CaseRecord, RecordLog, classify_status
 
 AUTOATTACK = "autoattack"
 

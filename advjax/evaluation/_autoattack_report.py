@@ -6,7 +6,7 @@ import html
 
 from advjax.evaluation._autoattack_records import AUTOATTACK
 from advjax.evaluation._metrics import format_rate, rate
-from advjax.io._atomic import atomic_write_text
+from advjax.records import atomic_write_text
 
 STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}

@@ -15,8 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax._jit_argument import as_jit_argument
-from advjax.attacks._losses import per_example_cross_entropy
-from advjax.attacks._registry import ATTACKS
+from advjax.attacks import ATTACKS, per_example_cross_entropy
 from advjax.evaluation._engine import Outcome, RunResult, attack_stages, padded_batches
 
 JUDGE_DRAWS = 20  # a random model's verdict: the mean logits over this many fresh draws

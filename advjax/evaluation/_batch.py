@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from advjax._jit_argument import as_jit_argument
-from advjax.attacks._pgd import fgsm, pgd_search
+from advjax.attacks import fgsm, pgd_search
 from advjax.types import LogitsFn
 
 ATTACKS = ("fgsm", "pgd")

@@ -26,10 +26,8 @@ from advjax.evaluation._early_stop import Outcome, Program, attack_cases, make_p
 from advjax.evaluation._keys import case_keys, key_from_path, key_root
 from advjax.evaluation._scoring import records_from_arrays
 from advjax.evaluation._threat_model import ThreatModel, format_eps, require_threat_model
-from advjax.io._case_record import CaseRecord
-from advjax.io._checkpoint import model_hash  # noqa: F401  (used by callers of run_attack)
-from advjax.io._progress import Progress
-from advjax.io._record_log import RecordLog
+from advjax.io import Progress, model_hash
+from advjax.records import CaseRecord, RecordLog
 from advjax.types import LogitsFn
 
 __all__ = [

@@ -22,12 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax._jit_argument import as_jit_argument
-from advjax.attacks import IterateState, restart_keys
-from advjax.attacks._losses import per_example_cross_entropy
-from advjax.attacks._registry import ATTACKS
+from advjax.attacks import ATTACKS, IterateState, per_example_cross_entropy, restart_keys
 from advjax.evaluation._attack_spec import AttackSpec
 from advjax.evaluation._engine import RunResult, attack_stages, padded_batches
-from advjax.io._progress import Progress
+from advjax.io import Progress
 from advjax.types import LogitsFn
 
 

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 from advjax.evaluation._metrics import rate
-from advjax.io._case_record import ROBUST_STATUSES, CaseRecord
+from advjax.records import ROBUST_STATUSES, CaseRecord
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:

@@ -34,18 +34,14 @@ from advjax.evaluation._processes import (
 )
 from advjax.evaluation._sanity import check_finite_loss, check_perturbations
 from advjax.evaluation._summary import run_summary
-from advjax.io import (
-    OutputLock,
+from advjax.io import OutputLock, Progress, add_attack_time, environment, untimed_records
+from advjax.records import (
     ProcessRecordLog,
-    Progress,
     RecordLog,
-    add_attack_time,
     atomic_write_json,
     atomic_write_text,
-    environment,
     merge_record_files,
     record_file,
-    untimed_records,
 )
 
 SUMMARY_FILE = "summary.json"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from advjax.evaluation._threat_model import ThreatModel
-from advjax.io._case_record import CaseRecord, classify_status
+from advjax.records import CaseRecord, classify_status
 
 
 def records_from_arrays(

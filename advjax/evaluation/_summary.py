@@ -27,7 +27,7 @@ from typing import Any
 
 from advjax.evaluation._sanity import Check
 from advjax.evaluation._threat_model import ThreatModel
-from advjax.io._atomic import atomic_write_json
+from advjax.records import atomic_write_json
 
 SCHEMA = "advjax.run_summary/1"
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from advjax.io._atomic import atomic_write_json
+from advjax.records import atomic_write_json
 
 ATTACK_TIME_FILE = "attack_seconds.json"
 

@@ -8,24 +8,26 @@ the serialisation of what it holds, so any changed byte is refused. The digest's
 hex digits are the checkpoint's `model_hash`, the one every per-case record carries.
 """
 
+import dataclasses
 import hashlib
+import inspect
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import serialization, traverse_util
 
-from advjax.io._atomic import atomic_write_bytes
-from advjax.model._cnn import CompactCNN
+from advjax.records import atomic_write_bytes
 
 CHECKPOINT_FORMAT = "advjax-checkpoint-v1"
 DIGEST_KEY = "sha256"
 SECTIONS = ("model", "variables", "metadata")
 INPUT_SHAPE = (1, 32, 32, 3)
-"""The input `load_checkpoint` initialises the model with (abstractly) to get its variable tree."""
+"""The input `load_checkpoint` initialises the model with (abstractly) to get its variable
+tree, unless it is given another."""
 
 
 class CheckpointError(ValueError):
@@ -95,29 +97,42 @@ def _verified(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
     return payload, computed
 
 
+def model_fields(model) -> dict[str, Any]:
+    """The hyper-parameters a checkpoint stores to rebuild `model` as `type(model)(**fields)`:
+    `model.checkpoint_fields()` where the model defines it, else its dataclass fields (a Flax
+    module's, without `parent` and `name`)."""
+    if hasattr(model, "checkpoint_fields"):
+        return dict(model.checkpoint_fields())
+    if not dataclasses.is_dataclass(model):
+        raise CheckpointError(
+            f"model {type(model).__name__} is not a dataclass (a Flax module) and has no "
+            "checkpoint_fields(): its checkpoint could not name how to rebuild it"
+        )
+    return {
+        f.name: getattr(model, f.name)
+        for f in dataclasses.fields(model)
+        if f.init and f.name not in ("parent", "name")
+    }
+
+
 def save_checkpoint(
     path: str | os.PathLike,
-    model: CompactCNN,
+    model,
     variables: Mapping[str, Any],
     metadata: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write `model`'s hyper-parameters and `variables` to `path` atomically, with a digest.
+    """Write `model`'s name and hyper-parameters (`model_fields`) and `variables` to `path`
+    atomically, with a digest.
 
     `metadata` (JSON-like: str, int, float, lists and dicts of them) is stored beside the
     weights, e.g. the epoch and validation accuracy of the checkpoint.
 
     Raises:
-      CheckpointError: `metadata` does not serialise reproducibly.
+      CheckpointError: `metadata` or the model's fields do not serialise reproducibly.
     """
     payload = {
         "format": CHECKPOINT_FORMAT,
-        "model": {
-            "name": type(model).__name__,
-            "num_classes": model.num_classes,
-            "dropout_rate": model.dropout_rate,
-            "activation": model.activation,
-            **({} if model.width == 1 else {"width": model.width}),  # absent: the study's
-        },
+        "model": {"name": type(model).__name__, **model_fields(model)},
         "variables": jax.tree.map(np.asarray, serialization.to_state_dict(dict(variables))),
         "metadata": dict(metadata or {}),
     }
@@ -164,17 +179,16 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return _verified(path)[0]
 
 
-def _model_from_spec(path: Path, spec: Mapping[str, Any]) -> CompactCNN:
-    """The CompactCNN a checkpoint's model section describes."""
-    if spec.get("name") != "CompactCNN":
-        raise CheckpointError(f"checkpoint {path} holds an unknown model {spec.get('name')!r}")
-    try:
-        return CompactCNN(
-            num_classes=int(spec["num_classes"]),
-            dropout_rate=float(spec["dropout_rate"]),
-            activation=str(spec.get("activation", "relu")),  # absent: the ReLU model
-            width=int(spec.get("width", 1)),
+def _model_from_spec(path: Path, spec: Mapping[str, Any], model_class: Callable):
+    """`model_class(**fields)`, the model a checkpoint's model section names."""
+    name = getattr(model_class, "__name__", None)
+    if spec.get("name") != name:
+        raise CheckpointError(
+            f"checkpoint {path} holds a {spec.get('name')!r} model, not a {name!r}"
         )
+    fields = {k: v for k, v in spec.items() if k != "name"}
+    try:
+        return model_class(**fields)
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"checkpoint {path} has an invalid model section: {e}") from e
 
@@ -184,15 +198,16 @@ def _describe(leaf: Any) -> str:
     return f"{type(leaf).__name__}" if shape is None or dtype is None else f"{shape} {dtype}"
 
 
-def _check_variables(path: Path, model: CompactCNN, variables: Mapping[str, Any]) -> None:
+def _check_variables(path: Path, model, variables: Mapping[str, Any], input_shape) -> None:
     """Raise CheckpointError unless `variables` has exactly the model's variable tree.
 
-    The model's tree comes from `jax.eval_shape` of `model.init` on an `INPUT_SHAPE`
-    input, so nothing is computed; every missing, extra, mis-shaped or mis-typed variable
-    is named with both shapes and dtypes.
+    The model's tree comes from `jax.eval_shape` of `model.init` on an `input_shape` input
+    (in eval mode where the model takes `train`), so nothing is computed; every missing,
+    extra, mis-shaped or mis-typed variable is named with both shapes and dtypes.
     """
+    mode = {"train": False} if "train" in inspect.signature(model.__call__).parameters else {}
     shapes = jax.eval_shape(
-        lambda: model.init(jax.random.key(0), jnp.zeros(INPUT_SHAPE, jnp.float32), train=False)
+        lambda: model.init(jax.random.key(0), jnp.zeros(input_shape, jnp.float32), **mode)
     )
     want = traverse_util.flatten_dict(dict(shapes), sep="/")
     got = traverse_util.flatten_dict(dict(variables), sep="/")
@@ -210,27 +225,31 @@ def _check_variables(path: Path, model: CompactCNN, variables: Mapping[str, Any]
         )
 
 
-def _load(path: str | os.PathLike) -> tuple[CompactCNN, dict[str, Any], str]:
+def _load(path, model_class, input_shape) -> tuple[Any, dict[str, Any], str]:
     """(model, variables, digest) of a verified checkpoint whose variables fit its model."""
     payload, digest = _verified(path)
-    model = _model_from_spec(Path(path), payload["model"])
-    _check_variables(Path(path), model, payload["variables"])
+    model = _model_from_spec(Path(path), payload["model"], model_class)
+    _check_variables(Path(path), model, payload["variables"], input_shape)
     return model, jax.tree.map(jnp.asarray, payload["variables"]), digest
 
 
-def load_checkpoint(path: str | os.PathLike) -> tuple[CompactCNN, dict[str, Any]]:
-    """Load `(model, variables)` written by `save_checkpoint`, bit-identical.
+def load_checkpoint(
+    path: str | os.PathLike, model_class: Callable, *, input_shape=INPUT_SHAPE
+) -> tuple[Any, dict[str, Any]]:
+    """`(model, variables)` written by `save_checkpoint`, bit-identical; the model is
+    `model_class(**fields)`, the class the checkpoint names (its hash: `model_hash`).
 
     Raises:
-      CheckpointError: the file does not verify (see `read_checkpoint`), its model section
-        is invalid, or its variables do not fit the model's own tree (each offending
-        variable path is named with both shapes and dtypes).
+      CheckpointError: the file does not verify (see `read_checkpoint`), it names another
+        model or an invalid model section, or its variables do not fit the model's own tree
+        (each offending variable path is named with both shapes and dtypes).
 
     Example:
-      >>> model, variables = load_checkpoint("results/cifar10/default/checkpoints/standard.msgpack")
-      >>> logits_fn = advjax.model.eval_logits_fn(model, variables)
+      >>> from advjax.model import CompactCNN, eval_logits_fn
+      >>> model, variables = load_checkpoint("results/.../standard.msgpack", CompactCNN)
+      >>> logits_fn = eval_logits_fn(model, variables)
     """
-    model, variables, _ = _load(path)
+    model, variables, _ = _load(path, model_class, input_shape)
     return model, variables
 
 
@@ -241,18 +260,3 @@ def model_hash(path: str | os.PathLike) -> str:
       CheckpointError: as `read_checkpoint`.
     """
     return _verified(path)[1][:16]
-
-
-def load_logits_fn(path: str | os.PathLike):
-    """(logits_fn, model_hash) of a checkpoint: the model in eval mode, ready to attack.
-
-    Raises:
-      CheckpointError: as `load_checkpoint`.
-
-    Example:
-      >>> logits_fn, digest = load_logits_fn("results/cifar10/default/checkpoints/standard.msgpack")
-    """
-    from advjax.model._cnn import eval_logits_fn
-
-    model, variables, digest = _load(path)
-    return eval_logits_fn(model, variables), digest[:16]

@@ -13,7 +13,7 @@ import socket
 import sys
 from pathlib import Path
 
-from advjax.io._atomic import is_temporary
+from advjax.records import is_temporary
 
 LOCK_NAME = ".advjax.lock"
 

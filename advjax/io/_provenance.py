@@ -40,7 +40,7 @@ def environment(extra_packages: Sequence[str] = ()) -> dict:
 
     import jax
 
-    from advjax import backend
+    import advjax.backend as backend
 
     names = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", *extra_packages)
     versions = {}

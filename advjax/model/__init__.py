@@ -8,6 +8,7 @@ from advjax.model._cnn import (
     check_activation,
     check_width,
     eval_logits_fn,
+    load_logits_fn,
 )
 from advjax.model._layers import (
     conv2d_same,
@@ -23,5 +24,6 @@ __all__ = [
     "CompactCNN",
     "conv2d_same",
     "eval_logits_fn",
+    "load_logits_fn",
     "max_pool_2x2",
 ]

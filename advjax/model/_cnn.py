@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import Partial
 
+from advjax.io import load_checkpoint, model_hash
 from advjax.model._layers import conv2d_same, max_pool_2x2
 from advjax.types import Array, LogitsFn
 
@@ -112,6 +113,12 @@ class CompactCNN(nn.Module):
         check_width(self.width)
         super().__post_init__()
 
+    def checkpoint_fields(self) -> dict:
+        """What a checkpoint stores to rebuild it (`width` only when not the study's 1)."""
+        fields = dict(num_classes=self.num_classes, dropout_rate=self.dropout_rate,
+                      activation=self.activation)  # fmt: skip
+        return fields | ({} if self.width == 1 else {"width": self.width})
+
     @nn.compact
     def __call__(self, x: Array, train: bool) -> Array:
         channel_shape = (1,) * (x.ndim - 1) + (-1,)
@@ -137,6 +144,20 @@ class _EvalApply:
 
     def __call__(self, variables: Mapping[str, Any], x: Array) -> Array:
         return self.model.apply(variables, x, train=False)
+
+
+def load_logits_fn(path) -> tuple[LogitsFn, str]:
+    """(logits_fn, model_hash) of a CompactCNN checkpoint: the model in eval mode, ready to
+    attack.
+
+    Raises:
+      advjax.io.CheckpointError: as `advjax.io.load_checkpoint`.
+
+    Example:
+      >>> logits_fn, digest = load_logits_fn("results/cifar10/default/checkpoints/standard.msgpack")
+    """
+    model, variables = load_checkpoint(path, CompactCNN)
+    return eval_logits_fn(model, variables), model_hash(path)
 
 
 def eval_logits_fn(model: nn.Module, variables: Mapping[str, Any]) -> LogitsFn:

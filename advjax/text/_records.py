@@ -30,11 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from advjax.evaluation._aggregate import per_class, worst_class
-from advjax.evaluation._metrics import rate
-from advjax.io._case_record import ROBUST_STATUSES, STATUSES, CaseRecord
+from advjax.evaluation.stats import per_class, rate, worst_class
+from advjax.records import ROBUST_STATUSES, STATUSES, CaseRecord
 from advjax.text._validity import Validity
-from advjax.text.classify._greedy import Edit, GreedyResult, max_changes, truncate_result
+from advjax.text.classify import Edit, GreedyResult, max_changes, truncate_result
 
 Judge = Callable[[str, str, Sequence[Edit], float], Validity]
 """(original, perturbed, edits, max_share) -> Validity: the declared rule at a share cap."""

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from sacrebleu.metrics import CHRF
 
-from advjax.text.classify._greedy import Edit, apply_edits
+from advjax.text.classify import Edit, apply_edits
 
 _CHRF = CHRF()
 

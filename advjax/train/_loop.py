@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from advjax.io._progress import Progress
+from advjax.io import Progress
 from advjax.train._ema import BN_RECOMPUTE_BATCHES, ema_decay_at, ema_update, recompute_batch_stats
 from advjax.train._resume import FitProgress, Selection
 from advjax.train._sentinel import SentinelConfig, collapse_flags, make_probe

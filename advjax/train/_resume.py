@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 from flax import serialization
 
-from advjax.io._atomic import atomic_write_bytes
+from advjax.records import atomic_write_bytes
 from advjax.train._steps import TrainState, tree_shape_mismatch
 
 FIT_PROGRESS_FORMAT = "advjax-fit-progress-v1"

@@ -22,9 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.attacks._checks import check_eps
-from advjax.attacks._pgd import fgsm, pgd_search
-from advjax.evaluation._keys import case_keys
+from advjax.attacks import check_eps, fgsm, pgd_search
+from advjax.evaluation.engine import case_keys
 from advjax.train._augment import to_float
 from advjax.types import Array
 

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from advjax.attacks._checks import check_eps
-from advjax.io._checkpoint import load_checkpoint, save_checkpoint
-from advjax.model._cnn import CompactCNN, check_activation, check_width
+from advjax.attacks import check_eps
+from advjax.io import load_checkpoint, save_checkpoint
+from advjax.model import CompactCNN, check_activation, check_width
 from advjax.train._steps import (
     Batch,
     TrainState,

@@ -10,9 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax.training import train_state
 
-from advjax.attacks import fgsm, pgd_start, pgd_steps, project
-from advjax.attacks._checks import check_eps
-from advjax.attacks._losses import per_example_cross_entropy
+from advjax.attacks import check_eps, fgsm, per_example_cross_entropy, pgd_start, pgd_steps, project
 from advjax.train._augment import augment, to_float
 from advjax.types import Array, ArrayLike, LogitsFn
 

@@ -31,13 +31,8 @@ from advjax.evaluation import (
 from advjax.evaluation import _metrics as metrics
 from advjax.evaluation.checks import zero_gradient_fraction
 from advjax.evaluation.gate import format_decision, load_policy
-from advjax.io import (
-    CaseRecord,
-    RecordLog,
-    atomic_write_json,
-    atomic_write_npz,
-    load_logits_fn,
-)
+from advjax.model import load_logits_fn
+from advjax.records import CaseRecord, RecordLog, atomic_write_json, atomic_write_npz
 from experiments.cifar_robustness.config import StudyConfig
 from experiments.cifar_robustness.replay_evidence import replay_examples
 

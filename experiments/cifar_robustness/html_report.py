@@ -12,7 +12,7 @@ import html
 from pathlib import Path
 
 from advjax.evaluation.stats import format_rate
-from advjax.io import atomic_write_text
+from advjax.records import atomic_write_text
 from experiments.cifar_robustness.tradeoff import ensemble_rate, strong_name
 
 STYLE = """

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from advjax import backend
 from advjax.data import DATA_DIR_ENV
-from advjax.io import record_file
+from advjax.records import record_file
 from experiments.cifar_robustness import attack_variants, strong_evaluation
 from experiments.cifar_robustness.config import (
     PROFILE_GROUPS,

@@ -28,12 +28,8 @@ from advjax.evaluation import (
     parse_eps,
     replay_record,
 )
-from advjax.io import (
-    CaseRecord,
-    load_logits_fn,
-    read_records,
-    record_file,
-)
+from advjax.model import load_logits_fn
+from advjax.records import CaseRecord, read_records, record_file
 from advjax.train import to_float
 from experiments.cifar_robustness.replay_evidence import logit_margins, replay_check
 

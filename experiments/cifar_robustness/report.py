@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 
 from advjax.evaluation.stats import format_rate
-from advjax.io import atomic_write_text
+from advjax.records import atomic_write_text
 from experiments.cifar_robustness.figures import figures
 from experiments.cifar_robustness.html_report import write_html_report
 from experiments.cifar_robustness.study import SAMPLES_FILE

@@ -14,12 +14,11 @@ baseline so pays only for the lever.
 import json
 from pathlib import Path
 
-from advjax.io import (
+from advjax.io import model_hash, read_checkpoint
+from advjax.records import (
     RecordLog,
     atomic_write_bytes,
     atomic_write_json,
-    model_hash,
-    read_checkpoint,
     read_records,
     record_file,
 )

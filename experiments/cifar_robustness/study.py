@@ -9,17 +9,9 @@ import jax
 import numpy as np
 
 from advjax.data import Cifar10, fingerprint, load_cifar10, stratified_indices, study_splits
-from advjax.io import (
-    RecordLog,
-    atomic_write_json,
-    atomic_write_npz,
-    environment,
-    git_state,
-    load_logits_fn,
-    read_checkpoint,
-    record_file,
-    save_checkpoint,
-)
+from advjax.io import environment, git_state, read_checkpoint, save_checkpoint
+from advjax.model import load_logits_fn
+from advjax.records import RecordLog, atomic_write_json, atomic_write_npz, record_file
 from advjax.train import (
     Batch,
     SentinelConfig,

@@ -29,11 +29,11 @@ import jax
 import jax.numpy as jnp
 
 from advjax import backend
-from advjax.io import (
+from advjax.io import environment
+from advjax.records import (
     atomic_write_json,
     atomic_write_lines,
     atomic_write_text,
-    environment,
     read_lines,
     record_file,
 )

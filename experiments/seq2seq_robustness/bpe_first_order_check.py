@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax import backend
-from advjax.io import atomic_write_json
+from advjax.records import atomic_write_json
 from advjax.text.data import load_parallel, resolve_multi30k_dir
 from advjax.text.translate import (
     bucket_length,

@@ -18,12 +18,8 @@ import jax
 import numpy as np
 from flax import serialization
 
-from advjax.io import (
-    atomic_write_bytes,
-    atomic_write_json,
-    atomic_write_text,
-    environment,
-)
+from advjax.io import environment
+from advjax.records import atomic_write_bytes, atomic_write_json, atomic_write_text
 from advjax.text.data import Parallel, load_parallel
 from advjax.text.tokenize import BPE, Vocab, build_vocab, learn_bpe, merge_pieces, word_counts
 from advjax.text.translate import (

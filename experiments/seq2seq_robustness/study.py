@@ -7,11 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-from advjax.io import (
+from advjax.io import environment
+from advjax.records import (
     atomic_write_json,
     atomic_write_lines,
     atomic_write_text,
-    environment,
     read_lines,
     record_file,
 )

@@ -8,7 +8,8 @@ import numpy as np
 from advjax.evaluation import decide
 from advjax.evaluation.gate import format_decision, load_policy
 from advjax.evaluation.stats import format_rate, rate
-from advjax.io import atomic_write_json, atomic_write_lines, atomic_write_text, environment
+from advjax.io import environment
+from advjax.records import atomic_write_json, atomic_write_lines, atomic_write_text
 from advjax.text import ValidityRule
 from advjax.text.classify import predict_logits
 from experiments.cli import results_folder

@@ -9,7 +9,7 @@ from conftest import linear_weights, make_linear_batch, make_linear_logits_fn, n
 
 from advjax.attacks import ATTACKS, fgsm, perturbation_norm
 from advjax.evaluation import AttackSpec, Member, ThreatModel, autoattack, run_attack
-from advjax.io import RecordLog
+from advjax.records import RecordLog
 
 MI_FGSM = ATTACKS["mi-fgsm"]
 KEY = jax.random.key(0)

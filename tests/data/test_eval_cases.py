@@ -10,7 +10,7 @@ from PIL import Image
 
 from advjax.data import DataError, load_cifar10, load_eval_cases, study_eval_indices
 from advjax.evaluate import main
-from advjax.io import read_records, record_file
+from advjax.records import read_records, record_file
 
 MODEL = "tests.evaluation.cli_models:small_linear_logits_fn"
 needs_data = pytest.mark.skipif(

@@ -17,9 +17,7 @@ from advjax.evaluation import (
 )
 from advjax.evaluation import _metrics as metrics
 from advjax.evaluation.stats import budget_curves, per_class
-from advjax.io import (
-    CaseRecord,
-)
+from advjax.records import CaseRecord
 
 EPS = 8 / 255
 

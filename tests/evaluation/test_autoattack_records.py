@@ -10,7 +10,7 @@ import pytest
 from advjax.evaluation import AUTOATTACK, autoattack, run_autoattack
 from advjax.evaluation._autoattack_records import member_passes
 from advjax.evaluation.engine import member_hash
-from advjax.io import RecordLog
+from advjax.records import RecordLog
 from tests.evaluation.test_autoattack import EPS, STANDARD, _cases, _members, _mlp
 
 

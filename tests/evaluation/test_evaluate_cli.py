@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from advjax.evaluate import main
-from advjax.io import read_records, record_file
+from advjax.records import read_records, record_file
 
 needs_data = pytest.mark.skipif(
     not os.environ.get("ADVJAX_DATA_DIR"), reason="needs ADVJAX_DATA_DIR"

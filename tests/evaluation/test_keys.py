@@ -9,7 +9,7 @@ from conftest import make_linear_batch, make_linear_logits_fn
 
 from advjax.evaluation import AttackSpec, ThreatModel, replay_record, run_attack
 from advjax.evaluation.engine import key_from_path, key_root
-from advjax.io import RecordLog, read_records
+from advjax.records import RecordLog, read_records
 
 
 def _data(key):

@@ -16,7 +16,13 @@ import pytest
 from advjax.data import share_positions
 from advjax.evaluate import main
 from advjax.evaluation import AttackSpec, ThreatModel, run_attack
-from advjax.io import ProcessRecordLog, RecordLog, merge_record_files, read_records, record_file
+from advjax.records import (
+    ProcessRecordLog,
+    RecordLog,
+    merge_record_files,
+    read_records,
+    record_file,
+)
 from tests.evaluation.cli_models import small_linear_logits_fn
 
 ROOT = Path(__file__).resolve().parents[2]

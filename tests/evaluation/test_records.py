@@ -19,7 +19,7 @@ from advjax.evaluation import (
     ThreatModel,
     records_from_arrays,
 )
-from advjax.io import (
+from advjax.records import (
     STATUSES,
     CaseRecord,
     RecordError,
@@ -265,7 +265,7 @@ WRITER = textwrap.dedent(
     import sys, time
     sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
     from tests.evaluation.test_records import make_record
-    from advjax.io._record_log import RecordLog
+    from advjax.records._record_log import RecordLog
     log = RecordLog({path!r})
     for start in range(0, 100000, 50):
         log.append([make_record(i) for i in range(start, start + 50)], skip_existing=True)
@@ -350,7 +350,7 @@ def test_records_from_arrays_scores_each_case():
 def test_read_returns_what_the_file_holds_without_reparsing_it(tmp_path, monkeypatch):
     """`RecordLog.read()` equals a fresh parse of the file after appends, and does not read
     the file again (the study calls it once per model and ensemble member)."""
-    from advjax.io import _record_log as records_module
+    from advjax.records import _record_log as records_module
 
     path = tmp_path / "r.jsonl"
     log = RecordLog(path)
@@ -372,7 +372,7 @@ def test_a_gzip_log_resumes_like_a_plain_one_and_drops_a_member_cut_short(tmp_pa
     plain file's partial line."""
     import gzip
 
-    from advjax.io import RecordLog, read_records, record_file
+    from advjax.records import RecordLog, read_records, record_file
 
     path = record_file(tmp_path)
     assert path.name == "records.jsonl.gz"
@@ -392,7 +392,7 @@ def test_a_gzip_log_resumes_like_a_plain_one_and_drops_a_member_cut_short(tmp_pa
 
 
 def test_a_damaged_gzip_log_is_an_error_naming_the_file_not_a_silent_truncation(tmp_path):
-    from advjax.io import RecordError, RecordLog
+    from advjax.records import RecordError, RecordLog
 
     path = tmp_path / "records.jsonl.gz"
     RecordLog(path).append([case_record(0)])
@@ -404,7 +404,7 @@ def test_a_damaged_gzip_log_is_an_error_naming_the_file_not_a_silent_truncation(
 def test_repair_of_a_gzip_log_keeps_first_copies_and_saves_the_rest_compressed(tmp_path):
     import gzip
 
-    from advjax.io import read_records, repair_records
+    from advjax.records import read_records, repair_records
 
     path = tmp_path / "records.jsonl.gz"
     lines = [case_record(i).to_json() + "\n" for i in (0, 1, 0)]

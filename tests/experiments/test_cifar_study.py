@@ -13,8 +13,9 @@ from conftest import case_record
 from advjax import gate
 from advjax.evaluation import ThreatModel, aggregate_records, find_group
 from advjax.evaluation.summary import read_run_summary
-from advjax.io import RecordLog, read_records, record_file, save_checkpoint
+from advjax.io import save_checkpoint
 from advjax.model import CompactCNN
+from advjax.records import RecordLog, read_records, record_file
 from experiments.cifar_robustness import attack_variants, replay, strong_evaluation
 from experiments.cifar_robustness import main as cifar_robustness
 from experiments.cifar_robustness.config import profile

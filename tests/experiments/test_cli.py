@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import case_record
 
-from advjax.io import LockedError, RecordError, RecordLog
+from advjax.io import LockedError
 from advjax.io._lock import LOCK_NAME
+from advjax.records import RecordError, RecordLog
 from experiments.cli import exit_status
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,9 +18,9 @@ import pytest
 from flax import traverse_util
 
 from advjax.data import DATA_DIR_ENV
-from advjax.io import model_hash, read_checkpoint, read_records, record_file
-from advjax.io._atomic import is_temporary
+from advjax.io import model_hash, read_checkpoint
 from advjax.io._lock import LOCK_NAME
+from advjax.records import is_temporary, read_records, record_file
 from experiments.cifar_robustness.config import profile
 from experiments.cifar_robustness.evaluation import attack_specs
 

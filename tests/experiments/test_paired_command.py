@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import case_record
 
-from advjax.io import RecordLog
+from advjax.records import RecordLog
 from experiments import paired
 
 

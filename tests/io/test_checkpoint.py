@@ -5,6 +5,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import chex
 import jax
 import jax.numpy as jnp
 import msgpack
@@ -15,19 +16,18 @@ from flax import serialization
 from advjax.io import (
     CheckpointError,
     load_checkpoint,
-    load_logits_fn,
     model_hash,
     read_checkpoint,
-    record_file,
     save_checkpoint,
     seal_checkpoint,
 )
-from advjax.model import CompactCNN
+from advjax.model import CompactCNN, load_logits_fn
+from advjax.records import record_file
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 READERS = {
     "read_checkpoint": read_checkpoint,
-    "load_checkpoint": load_checkpoint,
+    "load_checkpoint": lambda path: load_checkpoint(path, CompactCNN),
     "model_hash": model_hash,
     "load_logits_fn": load_logits_fn,
 }
@@ -86,7 +86,7 @@ def test_any_changed_byte_or_a_changed_digest_is_refused(tmp_path, model_and_var
         path = tmp_path / f"bad{n}.msgpack"
         path.write_bytes(bytes(bad))
         with pytest.raises(CheckpointError, match=path.name):
-            load_checkpoint(path)
+            load_checkpoint(path, CompactCNN)
     (tmp_path / "long.msgpack").write_bytes(good + b"\x00")
     with pytest.raises(CheckpointError, match="long.msgpack"):
         model_hash(tmp_path / "long.msgpack")
@@ -168,7 +168,7 @@ def test_variables_that_do_not_fit_the_model_raise_at_load(tmp_path, model_and_v
     change(bad)
     path = save_checkpoint(tmp_path / f"{kind}.msgpack", model, bad)
     assert read_checkpoint(path)["variables"]["params"]["Dense_1"] is not None
-    for load in (load_checkpoint, load_logits_fn):
+    for load in (READERS["load_checkpoint"], load_logits_fn):
         with pytest.raises(CheckpointError) as info:
             load(path)
         assert f"{kind}.msgpack does not fit its model" in str(info.value)
@@ -208,3 +208,30 @@ def test_the_committed_checkpoints_model_hash_equals_the_hash_their_records_carr
                 assert digest == first[path.stem], path
                 compared += 1
     assert compared >= 12
+
+
+def test_a_checkpoint_names_its_model_and_loads_with_that_class_only(tmp_path):
+    """Any Flax module's checkpoint (its dataclass fields stored) rebuilds it through the class
+    the caller gives; a checkpoint of one class asked for as another is one clear error.
+    (advjax.io imports no model: the class is the caller's.)"""
+    import flax.linen as nn
+
+    class Mlp(nn.Module):
+        hidden: int = 8
+        classes: int = 3
+
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(self.classes)(nn.relu(nn.Dense(self.hidden)(x.reshape(len(x), -1))))
+
+    model = Mlp(hidden=5)
+    variables = model.init(jax.random.key(0), jnp.zeros((1, 4, 4, 3)))
+    path = save_checkpoint(tmp_path / "mlp.msgpack", model, variables)
+    assert read_checkpoint(path)["model"] == {"name": "Mlp", "hidden": 5, "classes": 3}
+    loaded, restored = load_checkpoint(path, Mlp, input_shape=(1, 4, 4, 3))
+    assert loaded == model
+    chex.assert_trees_all_equal(restored, variables)
+    with pytest.raises(CheckpointError, match="holds a 'Mlp' model, not a 'CompactCNN'"):
+        load_checkpoint(path, CompactCNN)
+    with pytest.raises(CheckpointError, match="does not fit its model"):
+        load_checkpoint(path, Mlp, input_shape=(1, 5, 5, 3))

@@ -9,8 +9,8 @@ import tempfile
 import pytest
 
 from advjax.io import LockedError, OutputLock
-from advjax.io._atomic import is_temporary
 from advjax.io._lock import LOCK_NAME
+from advjax.records import is_temporary
 
 
 def dead_pid() -> int:
@@ -99,7 +99,7 @@ def test_a_locked_folder_makes_the_evaluate_command_exit_2_and_write_nothing(tmp
 
 
 def test_atomic_writes_are_readable_by_the_group_like_any_new_file(tmp_path):
-    from advjax.io import atomic_write_text
+    from advjax.records import atomic_write_text
 
     old = os.umask(0o022)
     try:
@@ -117,7 +117,7 @@ def test_written_lines_round_trip_as_gzip_or_plain_and_a_legacy_plain_file_reads
 
     from conftest import case_record
 
-    from advjax.io import atomic_write_lines, read_lines, read_records
+    from advjax.records import atomic_write_lines, read_lines, read_records
 
     lines = [json.dumps({"src": "ça\u2028va", "i": i}, ensure_ascii=False) for i in range(3)]
     packed = atomic_write_lines(tmp_path / "records.jsonl.gz", lines)

@@ -8,7 +8,7 @@ import pytest
 
 from advjax.evaluation.summary import read_run_summary
 from advjax.gate import main as gate_main
-from advjax.io import read_lines
+from advjax.records import read_lines
 from advjax.text import TextCaseRecord
 from advjax.text.data import TEXT_DIR_ENV
 

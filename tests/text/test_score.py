@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from advjax.io import read_lines
+from advjax.records import read_lines
 from advjax.text.data import TEXT_DIR_ENV
 from advjax.text.score import main
 from advjax.text.translate import (

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from advjax.io import read_lines
+from advjax.records import read_lines
 from advjax.text.data import TEXT_DIR_ENV
 from advjax.text.translate import changed_positions
 

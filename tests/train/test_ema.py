@@ -122,7 +122,7 @@ def test_a_wider_cnn_has_wider_layers_and_keeps_its_width_in_the_checkpoint(tmp_
     count = sum(leaf.size for leaf in jax.tree.leaves(variables["params"]))
     assert 3.5 * 403_306 < count < 4.5 * 403_306
     path = save_checkpoint(tmp_path / "wide.msgpack", wide, variables)
-    assert load_checkpoint(path)[0] == wide
+    assert load_checkpoint(path, CompactCNN)[0] == wide
     assert create_train_state(jax.random.key(0), TrainConfig(width=2), 1).apply_fn.__self__ == (
         CompactCNN(width=2)
     )

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import serialization
 
-import advjax.io._atomic
+import advjax.records._atomic
 import advjax.train._loop
 from advjax.io import (
     CheckpointError,
@@ -157,7 +157,7 @@ def test_checkpoint_round_trip_is_bit_exact(tmp_path, model_and_variables):
     (same dtype and shape), identical logits, and the metadata back."""
     model, variables = model_and_variables
     path = save_checkpoint(tmp_path / "ckpt.msgpack", model, variables, {"epoch": 3, "acc": 0.5})
-    loaded_model, loaded = load_checkpoint(path)
+    loaded_model, loaded = load_checkpoint(path, CompactCNN)
     assert loaded_model == model
     assert jax.tree.structure(loaded) == jax.tree.structure(variables)
     for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(variables)):
@@ -178,7 +178,7 @@ def test_checkpoint_keeps_the_activation_and_reads_older_ones_as_relu(
     _, variables = model_and_variables
     silu = CompactCNN(num_classes=7, dropout_rate=0.0, activation="silu")
     path = save_checkpoint(tmp_path / "silu.msgpack", silu, variables)
-    assert load_checkpoint(path)[0] == silu
+    assert load_checkpoint(path, CompactCNN)[0] == silu
     for activation, expected in ((None, "relu"), ("tanh", None)):
         payload = read_checkpoint(path)
         if activation is None:
@@ -190,9 +190,11 @@ def test_checkpoint_keeps_the_activation_and_reads_older_ones_as_relu(
         seal_checkpoint(old)
         if expected is None:
             with pytest.raises(CheckpointError, match="activation"):
-                load_checkpoint(old)
+                load_checkpoint(old, CompactCNN)
         else:
-            assert load_checkpoint(old)[0] == CompactCNN(num_classes=7, dropout_rate=0.0)
+            assert load_checkpoint(old, CompactCNN)[0] == CompactCNN(
+                num_classes=7, dropout_rate=0.0
+            )
 
 
 def test_train_config_activation_reaches_the_model():
@@ -234,12 +236,12 @@ def test_loading_missing_or_corrupt_checkpoint_raises_checkpoint_error(
     good = save_checkpoint(tmp_path / "good.msgpack", model, variables).read_bytes()
     missing = tmp_path / "missing.msgpack"
     with pytest.raises(CheckpointError, match="missing.msgpack"):
-        load_checkpoint(missing)
+        load_checkpoint(missing, CompactCNN)
     for name, data in _corrupt_files(good).items():
         path = tmp_path / f"{name.replace(' ', '_')}.msgpack"
         path.write_bytes(data)
         with pytest.raises(CheckpointError, match=path.name) as info:
-            load_checkpoint(path)
+            load_checkpoint(path, CompactCNN)
         assert str(path) in str(info.value), name
         assert isinstance(info.value, ValueError)
 
@@ -257,7 +259,7 @@ def test_checkpoint_missing_a_section_raises_checkpoint_error(tmp_path, missing)
     path = tmp_path / "partial.msgpack"
     path.write_bytes(serialization.msgpack_serialize(payload))
     with pytest.raises(CheckpointError, match="partial.msgpack"):
-        load_checkpoint(path)
+        load_checkpoint(path, CompactCNN)
 
 
 def test_save_is_atomic_and_leaves_no_temp_files(tmp_path, model_and_variables, monkeypatch):
@@ -273,7 +275,7 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path, model_and_variables, 
     def failing_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(advjax.io._atomic.os, "replace", failing_replace)
+    monkeypatch.setattr(advjax.records._atomic.os, "replace", failing_replace)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(path, model, variables, {"version": 3})
     monkeypatch.undo()

@@ -19,7 +19,7 @@ import numpy as np
 
 from advjax.text.classify._greedy import GreedyResult, greedy_attack
 from advjax.text.classify._textfooler import STOPWORDS
-from advjax.text.translate._charswap import charswap_candidates
+from advjax.text.translate import charswap_candidates
 
 FAMILIES = ("charswap", "homoglyph", "zero_width", "spacing")
 HOMOGLYPHS = {"a": "а", "c": "с", "e": "е", "i": "і", "o": "о", "p": "р", "x": "х", "y": "у"}

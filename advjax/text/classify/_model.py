@@ -16,7 +16,7 @@ import optax
 from flax.training import train_state
 from jax.typing import ArrayLike
 
-from advjax.text.tokenize._vocab import PAD, Vocab
+from advjax.text.tokenize import PAD, Vocab
 
 BATCH_BUCKETS = (8, 16, 32, 64, 128, 256)
 """Batch sizes the attack-facing logits function pads to (one compile per bucket)."""

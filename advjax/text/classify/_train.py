@@ -12,7 +12,7 @@ from flax.training import train_state
 from jax.typing import ArrayLike
 
 from advjax.text.classify._model import ClassifierConfig, create_train_state, eval_step, train_step
-from advjax.text.tokenize._vocab import UNK, Vocab
+from advjax.text.tokenize import UNK, Vocab
 
 
 class NeighborTable(NamedTuple):

@@ -19,7 +19,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from advjax.text.tokenize._vocab import PAD
+from advjax.text.tokenize import PAD
 from advjax.text.translate._attack import SETTINGS, candidate_scores, first_order_scores
 from advjax.text.translate._train import TrainState, token_nll
 from advjax.types import Array, ArrayLike

@@ -26,7 +26,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from advjax.text.tokenize._vocab import PAD, UNK
+from advjax.text.tokenize import PAD, UNK
 from advjax.types import Array, ArrayLike
 
 SETTINGS = ("unconstrained", "knn", "charswap")

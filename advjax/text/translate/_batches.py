@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from advjax.text.tokenize._vocab import BOS, EOS, PAD
+from advjax.text.tokenize import BOS, EOS, PAD
 
 
 def pad_batch(

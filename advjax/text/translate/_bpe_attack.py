@@ -31,8 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.text.tokenize._bpe import BPE
-from advjax.text.tokenize._vocab import PAD, Vocab
+from advjax.text.tokenize import BPE, PAD, Vocab
 from advjax.text.translate._attack import (
     SETTINGS,
     SeqLogitsFn,

@@ -24,8 +24,8 @@ from typing import Callable
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
-from advjax.evaluation._metrics import rate
-from advjax.io import read_lines
+from advjax.evaluation.stats import rate
+from advjax.records import read_lines
 
 METRICS = ("chrf", "bleu")
 
@@ -139,7 +139,7 @@ def score_files(
     *,
     metric: str = "chrf",
 ) -> list[PairScore]:
-    """`score_corpus` on five aligned files, one sentence per line (`advjax.io.read_lines`;
+    """`score_corpus` on five aligned files, one sentence per line (`advjax.records.read_lines`;
     a carriage return ending a line is dropped).
 
     Raises:

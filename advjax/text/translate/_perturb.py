@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from advjax.text.tokenize._vocab import Vocab
+from advjax.text.tokenize import Vocab
 from advjax.text.translate._charswap import charswap
 
 

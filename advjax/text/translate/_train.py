@@ -19,7 +19,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from advjax.text.tokenize._vocab import EOS, PAD
+from advjax.text.tokenize import EOS, PAD
 from advjax.text.translate._batches import batches, bucket_length, pad_batch
 from advjax.text.translate._beam import beam_decode
 from advjax.text.translate._lstm import LSTMConfig, LSTMSeq2Seq, greedy_decode

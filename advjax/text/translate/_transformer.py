@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from advjax.text.tokenize._vocab import BOS, EOS, PAD
+from advjax.text.tokenize import BOS, EOS, PAD
 from advjax.types import Array, ArrayLike
 
 

@@ -8,7 +8,7 @@ when it reopens the file, so the resumed run re-computes that case instead of du
 or losing it.
 
 A record file whose name ends in `.gz` holds the same lines as gzip members, one per
-append (`advjax.io._record_codec`); a member cut short by a kill is dropped like a partial
+append (`advjax.records._record_codec`); a member cut short by a kill is dropped like a partial
 line. Every reader and writer here takes either.
 
 Keys (model, attack, eps, case_id) are unique in a log. A file that holds a key twice (two
@@ -26,9 +26,9 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
-from advjax.io._atomic import atomic_write_bytes
-from advjax.io._case_record import CaseRecord
-from advjax.io._record_codec import complete_prefix, encode
+from advjax.records._atomic import atomic_write_bytes
+from advjax.records._case_record import CaseRecord
+from advjax.records._record_codec import complete_prefix, encode
 
 
 class RecordError(ValueError):
@@ -226,7 +226,7 @@ def _duplicate_message(path: Path, number: int, key: tuple, first_line: dict) ->
     return (
         f"{path}:{number}: duplicate record for {key} (first at line {first_line[key]}); run "
         f"the same command with {REPAIR_FLAG} to keep the first copy of each record and move "
-        f"the others to {duplicates_path(path).name} (advjax.io.repair_records does the same)"
+        f"the others to {duplicates_path(path).name} (advjax.records.repair_records does the same)"
     )
 
 

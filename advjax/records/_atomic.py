@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from advjax.io._record_codec import encode
+from advjax.records._record_codec import encode
 
 TEMPORARY_SUFFIX = ".tmp"
 _TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(TEMPORARY_SUFFIX))

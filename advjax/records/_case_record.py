@@ -2,7 +2,7 @@
 
 One `CaseRecord` per (model, attack, eps, case), written before any aggregate is computed;
 every number of a run is then derived from these records alone (`aggregate_records`). They
-are stored by `advjax.io.RecordLog`, the append-only JSON-lines log. Non-finite floats
+are stored by `advjax.records.RecordLog`, the append-only JSON-lines log. Non-finite floats
 (`final_loss`, `linf`, `l2`) are written as the strings "NaN", "Infinity" and "-Infinity" so
 that every line is strict JSON.
 """
