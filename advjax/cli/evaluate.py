@@ -225,16 +225,13 @@ def use_compile_cache(folder: str) -> None:
 def evaluate(args, argv) -> int:
     import jax
 
+    from advjax.attacks import check_budget
     from advjax.data import load_eval_cases
-    from advjax.evaluation import run_evaluation
+    from advjax.evaluation import AutoAttackConfig, run_evaluation
     from advjax.evaluation.engine import process_folder, this_process
     from advjax.io import OutputLock
 
-    limit = 1.0 if args.norm == "linf" else float("inf")
-    if not 0 <= args.eps <= limit:
-        raise ValueError(
-            f"--eps {args.eps:g} must be in [0, {limit:g}] for --norm {args.norm} (e.g. 8/255)"
-        )
+    check_budget(args.eps, args.norm, name="--eps")
     members = None if args.members is None else parse_members(args.members, args.norm)
     if args.coordinator:
         start_processes(args)
@@ -249,12 +246,12 @@ def evaluate(args, argv) -> int:
         args.data, n=args.n, data_dir=args.data_dir, split=args.split, name="--data",
         share=(index, count) if count > 1 else None,
     )  # fmt: skip
+    config = AutoAttackConfig(eps=args.eps, norm=args.norm, version=args.version,
+                              members=members, batch_size=args.batch_size)  # fmt: skip
     result = run_evaluation(
-        args.out, logits_fn, cases.x, cases.y, args.eps, key=jax.random.key(args.seed),
-        model=name, model_hash=digest, case_ids=cases.case_ids, classes=cases.classes,
-        positions=cases.positions if count > 1 else None,
-        norm=args.norm, version=args.version, members=members, batch_size=args.batch_size,
-        policy=args.policy, show_progress=not args.no_progress,
+        args.out, logits_fn, cases if count > 1 else cases._replace(positions=None), config,
+        key=jax.random.key(args.seed), model=name, model_hash=digest, policy=args.policy,
+        show_progress=not args.no_progress,
         command="python -m advjax.evaluate " + shlex.join(sys.argv[1:] if argv is None else argv),
         log_line=lambda line: print(line, flush=True),
     )  # fmt: skip

@@ -19,13 +19,14 @@ CIFAR10_CASES = 1000
 class EvalCases(NamedTuple):
     """Pixels (N, H, W, C) float32 in [0, 1], int32 labels, stable case ids, the class count
     where the dataset declares one (None: read it from the model), and each case's position
-    among all the evaluation's cases (0 .. N-1 unless a process's share was asked for)."""
+    among all the evaluation's cases (0 .. N-1 unless a process's share was asked for).
+    `EvalCases(x, y)` gives ids and positions 0 .. N-1 where they are read."""
 
     x: np.ndarray
     y: np.ndarray
-    case_ids: np.ndarray
-    classes: int | None
-    positions: np.ndarray
+    case_ids: np.ndarray | None = None
+    classes: int | None = None
+    positions: np.ndarray | None = None
 
 
 def load_eval_cases(

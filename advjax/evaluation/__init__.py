@@ -34,8 +34,8 @@ from advjax.evaluation._autoattack import (
 )
 from advjax.evaluation._autoattack_records import (
     AUTOATTACK,
+    AutoAttackConfig,
     autoattack_records,
-    autoattack_threat_model,
     run_autoattack,
 )
 from advjax.evaluation._campaign import (
@@ -44,7 +44,6 @@ from advjax.evaluation._campaign import (
 )
 from advjax.evaluation._gate import (
     decide,
-    parse_eps,
 )
 from advjax.evaluation._run_evaluation import (
     run_evaluation,
@@ -63,16 +62,17 @@ from advjax.evaluation._threat_model import (
     UNTARGETED,
     ThreatModel,
     format_eps,
+    parse_eps,
     require_threat_model,
 )
 
 __all__ = [
+    "AutoAttackConfig",
     "aggregate_records",
     "AttackSpec",
     "AUTOATTACK",
     "autoattack",
     "autoattack_records",
-    "autoattack_threat_model",
     "AutoAttackResult",
     "Check",
     "decide",

@@ -3,14 +3,13 @@ meaningless are refused before any work, and the signs of a masked or broken eva
 become named checks that a release gate can require (the original only prints warnings).
 """
 
-import math
 import numbers
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.attacks import NORMS, per_example_cross_entropy, perturbation_norm
+from advjax.attacks import check_budget, per_example_cross_entropy, perturbation_norm
 from advjax.evaluation._sanity import Check
 
 PROBE = 32  # cases probed for randomness, probabilities and gradients
@@ -19,20 +18,16 @@ ZERO_GRADIENT_LIMIT = 0.05
 BALL_TOLERANCE = 1e-6
 
 
-def _check_eps(eps, norm: str) -> None:
-    if norm not in NORMS:
-        raise ValueError(f"norm={norm!r} must be one of {NORMS}")
+def check_eps_argument(eps, norm: str) -> None:
     if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
         raise TypeError(f"eps={eps!r} must be a real number (input units, e.g. 8/255)")
-    if math.isnan(eps) or eps < 0 or (norm == "linf" and eps > 1) or math.isinf(eps):
-        limit = "[0, 1]" if norm == "linf" else "[0, inf)"
-        raise ValueError(f"eps={eps!r} must be in {limit} for norm={norm!r} (e.g. 8/255)")
+    check_budget(eps, norm)
 
 
 def validate_inputs(logits_fn, x, y, eps, *, norm: str, key, random_model: bool):
     """Host arrays (x float32, y int) and the number of classes, after every check that needs
     no attack; raises ValueError / TypeError naming the argument and the expected range."""
-    _check_eps(eps, norm)
+    check_eps_argument(eps, norm)
     if not isinstance(key, jax.Array) or not (
         jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.ndim == 0
     ):

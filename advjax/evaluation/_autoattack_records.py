@@ -16,19 +16,22 @@ the path an uninterrupted one takes.
 import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
+from advjax.data import EvalCases
 from advjax.evaluation._autoattack import (
     FAST,
+    VERSIONS,
     Member,
     clean_predictions,
     perturbation_sizes,
     resolve_members,
 )
-from advjax.evaluation._autoattack_checks import probe_checks
+from advjax.evaluation._autoattack_checks import check_eps_argument, probe_checks
 from advjax.evaluation._autoattack_fast import (
     PROBE_CASES,
     probe_name,
@@ -95,6 +98,90 @@ def autoattack_threat_model(eps: float, members: Sequence[Member], norm: str) ->
                        norm=norm, queries=queries)  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AutoAttackConfig:
+    """One AutoAttack evaluation's settings, checked when made, before any work.
+
+    Attributes:
+      eps: the budget, in the norm's units (L-inf: [0, 1]).
+      norm: "linf" or "l2"; a member whose attack does not declare it is refused.
+      version: "standard", "plus", "rand" or "fast" (`VERSIONS`, `FAST`); ignored for the
+        member list when `members` is given (the run is then "custom").
+      members: a custom member list, in order (`Member`s or attack names at AutoAttack's
+        default budgets).
+      batch_size: cases per compiled batch.
+    """
+
+    eps: float
+    norm: str = "linf"
+    version: str = "standard"
+    members: tuple[Member, ...] | None = None
+    batch_size: int = 256
+
+    def __post_init__(self):
+        check_eps_argument(self.eps, self.norm)
+        object.__setattr__(self, "eps", float(self.eps))
+        if self.version not in (*VERSIONS, "fast"):
+            raise ValueError(f"version={self.version!r} must be one of {(*VERSIONS, 'fast')}")
+        if self.members is not None:
+            members = tuple(Member(m) if isinstance(m, str) else m for m in self.members)
+            object.__setattr__(self, "members", members)
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"batch_size={size!r} must be an integer >= 1")
+        self.scheduled  # refuses an empty list, a method twice, an undeclared norm
+
+    @property
+    def fast(self) -> bool:
+        """The fast version's phases (no custom member list)."""
+        return self.version == "fast" and self.members is None
+
+    @property
+    def custom(self) -> bool:
+        return self.members is not None
+
+    @property
+    def scheduled(self) -> tuple[Member, ...]:
+        """Every member the run may use (`schedule_members`)."""
+        return schedule_members(self.version, self.members, self.norm)
+
+    @property
+    def first(self) -> tuple[Member, ...]:
+        """The members run on every case: the fast version's first phase, else all."""
+        return FAST.always if self.fast else self.scheduled
+
+    @property
+    def threat_model(self) -> ThreatModel:
+        return autoattack_threat_model(self.eps, self.scheduled, self.norm)
+
+    @property
+    def label(self) -> str:
+        """The version the summary names: the version, or "custom"."""
+        return "custom" if self.custom else self.version
+
+
+class _Run(NamedTuple):
+    """What every phase and record of one `run_autoattack` call shares."""
+
+    log: RecordLog
+    logits_fn: Callable
+    x: np.ndarray
+    y: np.ndarray
+    ids: np.ndarray
+    pos: np.ndarray
+    clean: np.ndarray
+    config: AutoAttackConfig
+    tm: ThreatModel
+    key: jax.Array
+    root: int
+    model: str
+    model_hash: str
+    random_model: bool
+    mesh: Any
+    on_run: Callable | None
+    on_batch: Callable | None
+
+
 def _start_members(log: RecordLog, model: str, names, eps: float, case_ids) -> np.ndarray:
     """Per case the first member it still needs (of the members whose records are named
     `names`), from the records already in the log."""
@@ -117,55 +204,47 @@ def _start_members(log: RecordLog, model: str, names, eps: float, case_ids) -> n
 def run_autoattack(
     log: RecordLog,
     logits_fn,
-    x,
-    y,
-    eps: float,
+    cases: EvalCases,
+    config: AutoAttackConfig,
     *,
     key: jax.Array,
     model: str,
     model_hash: str,
-    case_ids=None,
-    positions=None,
-    norm: str = "linf",
-    version: str = "standard",
-    members: Sequence[Member] | None = None,
-    batch_size: int = 256,
     mesh=None,
     on_run=None,
     on_batch=None,
 ) -> list[CaseRecord]:
     """AutoAttack every case not already decided in `log`; return the derived records.
 
-    Case i draws from fold_in(key, positions[i]), as `autoattack` does for position i of its
-    x (default positions: 0 .. n-1), so a resumed run equals an uninterrupted one, and a share
-    of the cases (one process's, `advjax.data.share_positions`) given with its positions gives
-    every case the records it gets among all of them; under `jax.distributed` the fast
-    version's processes exchange between its phases what its probe and escalation need
-    (every process must then call it). Each record's key path starts with the
-    key as one integer (`key_root`: the seed of `jax.random.key(seed)`). `on_run` and
-    `on_batch` report progress after each run and each batch (see `attack_members`).
+    `cases` holds x, y and optionally the case ids and positions (default 0 .. n-1). Case i
+    draws from fold_in(key, positions[i]), as `autoattack` does for position i of its x, so a
+    resumed run equals an uninterrupted one, and a share of the cases (one process's,
+    `advjax.data.share_positions`) given with its positions gives every case the records it
+    gets among all of them; under `jax.distributed` the fast version's processes exchange
+    between its phases what its probe and escalation need (every process must then call
+    it). Each record's key path starts with the key as one integer (`key_root`: the seed of
+    `jax.random.key(seed)`). `on_run` and `on_batch` report progress after each run and each
+    batch (see `attack_members`).
 
     Raises:
       ValueError: `log` holds records of `model` made with another model hash, or of a
         member (or of `AUTOATTACK`) with another attack-config or threat-model hash
         (`check_record_hashes`); nothing is appended then.
     """
-    fast = version == "fast" and members is None
-    every = schedule_members(version, members, norm)
-    members = FAST.always if fast else every
-    random_model = version == "rand" or any(m.eot > 1 for m in members)
-    x, y = np.asarray(x, np.float32), np.asarray(y)
-    ids = np.arange(len(y)) if case_ids is None else np.asarray(case_ids)
-    pos = np.arange(len(y)) if positions is None else np.asarray(positions, np.int64)
+    members, norm, eps = config.first, config.norm, config.eps
+    random_model = config.version == "rand" or any(m.eot > 1 for m in members)
+    x, y = np.asarray(cases.x, np.float32), np.asarray(cases.y)
+    ids = np.arange(len(y)) if cases.case_ids is None else np.asarray(cases.case_ids)
+    pos = np.arange(len(y)) if cases.positions is None else np.asarray(cases.positions, np.int64)
     if len(ids) != len(y) or len(pos) != len(y):
         raise ValueError(f"case_ids and positions must give one entry per case: {len(y)} cases, "
                          f"{len(ids)} ids, {len(pos)} positions")  # fmt: skip
-    tm = autoattack_threat_model(eps, every, norm)
+    tm = config.threat_model
     attack_hashes = {m.name: member_hash(m, norm) for m in members}
-    if fast:
+    if config.fast:
         attack_hashes |= {m.name: member_hash(m, norm) for m in FAST.escalation}
         attack_hashes |= {probe_name(m): member_hash(m, norm) for m in FAST.probe}
-    attack_hashes[AUTOATTACK] = fast_hash(norm) if fast else autoattack_hash(members, norm)
+    attack_hashes[AUTOATTACK] = fast_hash(norm) if config.fast else autoattack_hash(members, norm)
     check_record_hashes(
         log,
         model=model,
@@ -175,24 +254,21 @@ def run_autoattack(
     )
     root = key_root(key)
     key = root_key(root)
-    clean = clean_predictions(logits_fn, x, key, batch_size, random_model, pos)
+    clean = clean_predictions(logits_fn, x, key, config.batch_size, random_model, pos)
+    run = _Run(log, logits_fn, x, y, ids, pos, clean, config, tm, key, root, model, model_hash,
+               random_model, mesh, on_run, on_batch)  # fmt: skip
     first = members[0]
     wrong = [
         i for i in np.flatnonzero(clean != y) if (model, first.name, eps, int(ids[i])) not in log
     ]
-    log.append([_record(first, i, ids, y, clean, x[i], x[i], 0.0, 0, -1, eps, tm, norm,
-                        (root, int(pos[i])), model, model_hash, adv_pred=int(clean[i]))
-                for i in wrong])  # fmt: skip
-    common = dict(log=log, logits_fn=logits_fn, x=x, y=y, eps=eps, key=key, ids=ids, pos=pos,
-                  clean=clean, tm=tm, norm=norm, root=root, model=model, model_hash=model_hash,
-                  batch_size=batch_size, random_model=random_model, mesh=mesh, on_run=on_run,
-                  on_batch=on_batch)  # fmt: skip
+    log.append([_record(run, first, i, x[i], loss=0.0, queries=0, number=-1,
+                        adv_pred=int(clean[i])) for i in wrong])  # fmt: skip
     attacked = np.flatnonzero(clean == y)
-    _run_phase(members, [m.name for m in members], attacked, **common)
-    if not fast:
+    _run_phase(run, members, [m.name for m in members], attacked)
+    if not config.fast:
         chain, counted = members, ()
     else:
-        chain = _fast_phases(log, logits_fn, common)
+        chain = _fast_phases(run)
         counted = [probe_name(m) for m in FAST.probe]
     derived = autoattack_records(
         log.read(), chain, model=model, eps=eps, case_ids=ids, norm=norm,
@@ -202,15 +278,15 @@ def run_autoattack(
     return derived
 
 
-def _fast_phases(log, logits_fn, common) -> tuple:
+def _fast_phases(run: _Run) -> tuple:
     """The fast version's probe and escalation after APGD-CE and MALT (`FastMembers`), on
     this process's share of the cases, its decisions those of one process on all of them:
     the processes exchange the positions they left robust (the probe's sample is drawn from
     all of them), what the probe broke and which model checks failed on their first cases
     (any process's failure escalates); the members whose verdicts count."""
-    model, eps, key = common["model"], common["eps"], common["key"]
-    x, y, ids, pos = common["x"], common["y"], common["ids"], common["pos"]
-    checks = model_checks_on_every_process(probe_checks(logits_fn, x, y, random_model=False))
+    log, model, eps, key = run.log, run.model, run.config.eps, run.key
+    x, y, ids, pos = run.x, run.y, run.ids, run.pos
+    checks = model_checks_on_every_process(probe_checks(run.logits_fn, x, y, random_model=False))
     failed = [c.name for c in checks if not c.passed]
     here = set(ids.tolist())
 
@@ -220,16 +296,16 @@ def _fast_phases(log, logits_fn, common) -> tuple:
     local = broken_by_member(records(), FAST.always, ids)
     left = np.sort(gather_from_every_process(pos[local == -1]))
     sample = probe_sample(key, left)
-    _run_phase(FAST.probe, [probe_name(m) for m in FAST.probe], np.flatnonzero(np.isin(pos, sample)),
-               **common)  # fmt: skip
+    _run_phase(run, FAST.probe, [probe_name(m) for m in FAST.probe],
+               np.flatnonzero(np.isin(pos, sample)))  # fmt: skip
     probes = {probe_name(m) for m in FAST.probe}
     broke = len({r.case_id for r in records() if r.attack in probes and r.status == "success"})
     broke = int(gather_from_every_process([broke]).sum())
     escalate, _, _ = probe_verdict(broke, len(sample), len(left), failed)
     ran = bool({m.name for m in FAST.escalation} & {r.attack for r in records()})
     if escalate:
-        _run_phase(FAST.escalation, [m.name for m in FAST.escalation], np.flatnonzero(local == -1),
-                   **common)  # fmt: skip
+        _run_phase(run, FAST.escalation, [m.name for m in FAST.escalation],
+                   np.flatnonzero(local == -1))  # fmt: skip
     escalated = bool(gather_from_every_process([escalate or ran]).any())
     return FAST.always + FAST.escalation if escalated else FAST.always
 
@@ -250,32 +326,32 @@ def model_checks_on_every_process(checks: Sequence[Check]) -> list[Check]:
     return out
 
 
-def _run_phase(members, names, positions, *, log, logits_fn, x, y, eps, key, ids, pos, clean, tm,
-               norm, root, model, model_hash, batch_size, random_model, mesh, on_run, on_batch):  # fmt: skip
+def _run_phase(run: _Run, members, names, positions) -> None:
     """`members` on the cases at `positions`, each from the first member its records (named
     `names`) still lack; every member's final outcome for a case appended as it comes."""
     if not len(positions):
         return
-    start = _start_members(log, model, names, eps, ids[positions])
+    log, model, eps = run.log, run.model, run.config.eps
+    start = _start_members(log, model, names, eps, run.ids[positions])
 
     def on_decided(d):
         records = []
         for p in d.positions:
             i = int(positions[p])
-            if (model, names[d.stage], eps, int(ids[i])) in log:
+            if (model, names[d.stage], eps, int(run.ids[i])) in log:
                 continue
             records.append(_record(
-                members[d.stage], i, ids, y, clean, x[i], d.stage_x[p], float(d.stage_loss[p]),
-                int(d.queries[p]), d.run, eps, tm, norm, (root, int(pos[i])), model, model_hash,
-                adv_pred=int(d.adv_pred[p]), attack=names[d.stage],
+                run, members[d.stage], i, d.stage_x[p], loss=float(d.stage_loss[p]),
+                queries=int(d.queries[p]), number=d.run, adv_pred=int(d.adv_pred[p]),
+                attack=names[d.stage],
             ))  # fmt: skip
         log.append(records)
 
     attack_members(
-        logits_fn, x[positions], y[positions], eps, key=key, members=members, norm=norm,
-        batch_size=batch_size, random_model=random_model, start_member=start,
-        case_index=pos[positions], mesh=mesh, on_decided=on_decided, on_run=on_run,
-        on_batch=on_batch,
+        run.logits_fn, run.x[positions], run.y[positions], eps, key=run.key, members=members,
+        norm=run.config.norm, batch_size=run.config.batch_size, random_model=run.random_model,
+        start_member=start, case_index=run.pos[positions], mesh=run.mesh, on_decided=on_decided,
+        on_run=run.on_run, on_batch=run.on_batch,
     )  # fmt: skip
 
 
@@ -306,35 +382,37 @@ def fast_outcome(records, *, model: str, eps: float, key, failed) -> dict:
     }  # fmt: skip
 
 
-def _record(member, i, ids, y, clean, x, x_adv, loss, queries, run, eps, tm, norm, path,
-            model, model_hash, *, adv_pred, attack=None) -> CaseRecord:  # fmt: skip
+def _record(run: _Run, member, i, x_adv, *, loss, queries, number, adv_pred, attack=None):
+    """Case i's record under `member`: its point x_adv, the loss there, the queries spent,
+    the run that broke it (`number`, -1 none) and the prediction there."""
+    x, y, eps, norm = run.x[i], run.y[i], run.config.eps, run.config.norm
     linf = float(perturbation_sizes(x[None], x_adv[None], "linf")[0])
     l2 = float(perturbation_sizes(x[None], x_adv[None], "l2")[0])
-    clean_correct = bool(clean[i] == y[i])
-    broken = adv_pred != int(y[i])
+    clean_correct = bool(run.clean[i] == y)
+    broken = adv_pred != int(y)
     status = classify_status(
         clean_correct, not broken, linf=linf, eps=eps, x_min=float(x_adv.min()),
-        x_max=float(x_adv.max()), tol=tm.tolerance, l2=l2, norm=norm,
+        x_max=float(x_adv.max()), tol=run.tm.tolerance, l2=l2, norm=norm,
     )  # fmt: skip
     return CaseRecord(
-        case_id=int(ids[i]),
-        true_class=int(y[i]),
-        clean_pred=int(clean[i]),
+        case_id=int(run.ids[i]),
+        true_class=int(y),
+        clean_pred=int(run.clean[i]),
         adv_pred=adv_pred,
         final_loss=loss,
         linf=linf,
         l2=l2,
-        first_break_step=run if clean_correct and broken else None,
-        first_break_restart=run if clean_correct and broken else None,
+        first_break_step=number if clean_correct and broken else None,
+        first_break_restart=number if clean_correct and broken else None,
         queries=queries,
         status=status,
-        model=model,
-        model_hash=model_hash,
+        model=run.model,
+        model_hash=run.model_hash,
         attack=attack or member.name,
         attack_config_hash=member_hash(member, norm),
-        threat_model_hash=tm.digest(),
-        eps=float(eps),
-        key_path=(*path, member.stream),
+        threat_model_hash=run.tm.digest(),
+        eps=eps,
+        key_path=(run.root, int(run.pos[i]), member.stream),
     )
 
 

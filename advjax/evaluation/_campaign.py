@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from advjax.evaluation._attack_spec import METHODS, AttackSpec, check_within_threat_model
-from advjax.evaluation._early_stop import Outcome, Program, attack_cases, make_program
+from advjax.evaluation._early_stop import CampaignOutcome, Program, attack_cases, make_program
 from advjax.evaluation._keys import case_keys, key_from_path, key_root
 from advjax.evaluation._scoring import records_from_arrays
 from advjax.evaluation._threat_model import ThreatModel, format_eps, require_threat_model
@@ -197,7 +197,7 @@ def attack_group(
     bar = Progress(len(y), f"[attack] {model} {spec.name} eps {format_eps(eps)}", show_progress)
     written = 0
 
-    def on_final(done: np.ndarray, state: Outcome) -> None:
+    def on_final(done: np.ndarray, state: CampaignOutcome) -> None:
         nonlocal written
         if on_x_adv is not None:
             on_x_adv({int(case_ids[i]): state.x_adv[i].copy() for i in done})

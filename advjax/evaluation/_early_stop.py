@@ -146,7 +146,7 @@ def chunk_bounds(steps: int, chunk_steps: int) -> list[tuple[int, int]]:
 
 
 @dataclasses.dataclass
-class Outcome:
+class CampaignOutcome:
     """Host-side outcome of every case at one eps, filled in as cases become final."""
 
     clean_pred: np.ndarray
@@ -237,9 +237,9 @@ def attack_cases(
     eps: float,
     keys: jax.Array,
     *,
-    on_final: Callable[[np.ndarray, Outcome], None],
+    on_final: Callable[[np.ndarray, CampaignOutcome], None],
     progress: Progress | None = None,
-) -> Outcome:
+) -> CampaignOutcome:
     """Attack every case at eps on the engine (`attack_stages`, one stage); call
     `on_final(positions, outcome)` as cases become final.
 
@@ -248,7 +248,7 @@ def attack_cases(
     over its restarts is kept).
     """
     n = len(y)
-    out = Outcome(
+    out = CampaignOutcome(
         clean_pred=np.full(n, -1, np.int64),
         adv_pred=np.full(n, -1, np.int64),
         loss=np.full(n, -np.inf, np.float64),

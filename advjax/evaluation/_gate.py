@@ -43,13 +43,11 @@ Thresholds are fractions in [0, 1].
 
 import hashlib
 import json
-import math
-import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from advjax.evaluation._aggregate import find_group
-from advjax.evaluation._threat_model import format_eps
+from advjax.evaluation._threat_model import format_eps, parse_eps
 
 RULES = (
     "robust_accuracy_lower_bound",
@@ -88,22 +86,6 @@ class Decision(NamedTuple):
         if any(r.rule == "rollback_below" and not r.passed for r in self.reasons):
             return "ROLLBACK"
         return "ALLOW" if self.allow else "HOLD"
-
-
-def parse_eps(text: Any) -> float:
-    """'8/255' -> 8/255, '0.5' or 0.5 -> 0.5; ValueError otherwise."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
-    elif isinstance(text, str) and (m := re.fullmatch(r"\s*([0-9.]+)\s*/\s*([0-9.]+)\s*", text)):
-        value = float(m.group(1)) / float(m.group(2))
-    else:
-        try:
-            value = float(text)
-        except (TypeError, ValueError):
-            raise ValueError(f"eps {text!r} must be a number or 'k/255'") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"eps {text!r} must be finite and >= 0")
-    return value
 
 
 def _fraction(name: str, value: Any) -> float:

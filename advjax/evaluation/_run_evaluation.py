@@ -2,27 +2,27 @@
 what `python -m advjax.evaluate` runs, as one call."""
 
 import contextlib
+import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 import jax
 import numpy as np
 
-from advjax.attacks import check_budget
+from advjax.data import EvalCases
 from advjax.evaluation._aggregate import aggregate_records
 from advjax.evaluation._autoattack import FAST, Member, eps_zero_check
 from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
 from advjax.evaluation._autoattack_records import (
     AUTOATTACK,
-    autoattack_threat_model,
+    AutoAttackConfig,
     broken_by_member,
     fast_outcome,
     member_passes,
     model_checks_on_every_process,
     run_autoattack,
-    schedule_members,
 )
 from advjax.evaluation._autoattack_report import cumulative_rows, write_report
 from advjax.evaluation._gate import EXIT_CODES, decide, format_decision, load_policy
@@ -62,20 +62,12 @@ class Evaluation(NamedTuple):
 def run_evaluation(
     out: str | Path,
     logits_fn,
-    x,
-    y,
-    eps: float,
+    cases: EvalCases,
+    config: AutoAttackConfig,
     *,
     key: jax.Array,
     model: str,
     model_hash: str,
-    case_ids=None,
-    positions=None,
-    classes: int | None = None,
-    norm: str = "linf",
-    version: str = "standard",
-    members: Sequence[str] | None = None,
-    batch_size: int = 250,
     mesh: jax.sharding.Mesh | None = None,
     policy: str | Path | None = None,
     command: str | None = None,
@@ -90,10 +82,11 @@ def run_evaluation(
     decided, so a run killed at any moment resumes with the same call; the run's attack time
     added to `attack_seconds.json` (finished or not), so the summary gives the whole
     evaluation's time; `summary.json`, `report.html` and, with a policy, `gate.txt`.
-    `members`: a custom member list of registered attacks instead of `version`'s.
-    `positions`: each case's position among all the evaluation's cases (its key's index;
-    default 0 .. n-1). `mesh`: the devices each batch is sharded over (default: this
-    process's devices, where it has several).
+    `cases` (`advjax.data.EvalCases`): x, y and optionally the case ids, the dataset's class
+    count (default: the model's logits) and each case's position among all the evaluation's
+    cases (its key's index; default 0 .. n-1). `config` (`AutoAttackConfig`): eps, norm,
+    version or custom members, batch size, checked when it was made. `mesh`: the devices
+    each batch is sharded over (default: this process's devices, where it has several).
 
     Under `jax.distributed` (more than one process), each process passes only its share of the
     cases (`advjax.data.load_eval_cases(..., share=engine.this_process())`, with their
@@ -104,8 +97,7 @@ def run_evaluation(
     process's share, passed where it passed on all). The records are those of one process on
     all the cases; the fast version's processes exchange what its probe needs between its
     phases (a model check failing on any process's cases escalates).
-    `classes`: the dataset's class count (default: the model's logits). `command` is recorded in the
-    summary. `log_line` receives the threat model, the members, each run's progress and the
+    `command` is recorded in the summary. `log_line` receives the threat model, the members, each run's progress and the
     result.
 
     Raises:
@@ -114,9 +106,10 @@ def run_evaluation(
         `out` of another model version or attack config (nothing is appended then).
       LockedError: another live process holds `out`.
     """
-    check_budget(eps, norm)
-    x, y = np.asarray(x, np.float32), np.asarray(y)
-    ids = np.arange(len(y)) if case_ids is None else np.asarray(case_ids)
+    eps, norm, version, members = config.eps, config.norm, config.version, config.members
+    x, y = np.asarray(cases.x, np.float32), np.asarray(cases.y)
+    ids = np.arange(len(y)) if cases.case_ids is None else np.asarray(cases.case_ids)
+    positions, classes = cases.positions, cases.classes
     index, count = this_process()
     if count > 1 and (positions is None or np.any(np.asarray(positions) % count != index)):
         raise ValueError(f"process {index} of {count}: pass this process's share of the cases "
@@ -127,12 +120,9 @@ def run_evaluation(
     if len(y) and (int(y.min()) < 0 or int(y.max()) >= min(classes, outputs)):
         raise ValueError(f"labels must lie in [0, {min(classes, outputs)}) (the classes of the "
                          f"model and the data), got [{int(y.min())}, {int(y.max())}]")  # fmt: skip
-    custom = None if members is None else [Member(method) for method in members]
-    fast = version == "fast" and custom is None
-    scheduled = schedule_members(version, custom, norm)
-    tm = autoattack_threat_model(eps, scheduled, norm)
+    scheduled, tm = config.scheduled, config.threat_model
     log_line(tm.describe())
-    if fast:
+    if config.fast:
         log_line(f"members: {', '.join(m.name for m in FAST.always)} on every case; "
                  f"{', '.join(m.name for m in FAST.probe)} on a sample of those left robust; "
                  f"{', '.join(m.name for m in FAST.escalation)} on all of them if the sample "
@@ -151,9 +141,10 @@ def run_evaluation(
             log = ProcessRecordLog(record_file(own), merged=record_file(out))
         else:
             log = RecordLog(record_file(out))
-        run_key = {"model": model, "eps": float(eps), "norm": norm, "version": version}
+        run_key = {"model": model, "eps": eps, "norm": norm, "version": version}
         if members is not None:
-            run_key["members"] = list(members)
+            run_key["members"] = [m.method if m == Member(m.method) else dataclasses.asdict(m)
+                                  for m in members]  # fmt: skip
         untimed = untimed_records(out, log.read(), run_key)
         started = time.perf_counter()
 
@@ -173,9 +164,8 @@ def run_evaluation(
         finished = False
         try:
             run_autoattack(
-                log, logits_fn, x, y, eps, key=key, model=model, model_hash=model_hash,
-                case_ids=ids, positions=positions, norm=norm, version=version, members=custom,
-                batch_size=batch_size, mesh=mesh, on_run=on_run,
+                log, logits_fn, EvalCases(x, y, ids, classes, positions), config, key=key,
+                model=model, model_hash=model_hash, mesh=mesh, on_run=on_run,
                 on_batch=on_batch if show_progress else None,
             )  # fmt: skip
             finished = True
@@ -198,9 +188,8 @@ def run_evaluation(
             log = RecordLog(record_file(out))
         records = [r for r in log.read() if r.model == model and r.eps == float(eps)]
         summary, groups, judged = _summary(
-            records, logits_fn, x, y, eps, key=key, ids=ids, classes=classes, norm=norm,
-            processes=count, model_checks=model_checks,
-            version=version, custom=members, scheduled=scheduled, tm=tm, model=model,
+            records, logits_fn, x, y, config, key=key, ids=ids, classes=classes,
+            processes=count, model_checks=model_checks, model=model,
         )  # fmt: skip
         summary["extra"].update(
             {"command": command, "seconds": seconds, "seconds_all_runs": total,
@@ -228,16 +217,17 @@ def run_evaluation(
     return Evaluation(summary, verdict, code)
 
 
-def _summary(records, logits_fn, x, y, eps, *, key, ids, classes, norm, version, custom,
-             scheduled, tm, model, processes, model_checks):  # fmt: skip
+def _summary(records, logits_fn, x, y, config, *, key, ids, classes, model, processes,
+             model_checks):  # fmt: skip
     """(summary, groups, the members whose verdicts count) of a finished run's records (of
     every case; `x`, `y`, `ids`: this process's cases, which the eps-zero check runs on;
     `model_checks`: those of every process)."""
+    eps, norm, tm = config.eps, config.norm, config.threat_model
     groups = aggregate_records(records, num_classes=classes)
-    random_model = version == "rand"
-    members, schedule, probe_check = scheduled, None, []
+    random_model = config.version == "rand"
+    members, schedule, probe_check = config.scheduled, None, []
     stages = [(m, m.name) for m in members]
-    if version == "fast" and custom is None:
+    if config.fast:
         failed = [c.name for c in model_checks if not c.passed]
         outcome = fast_outcome(records, model=model, eps=float(eps), key=key, failed=failed)
         members, schedule, probe_check = outcome["members"], outcome["schedule"], [outcome["check"]]
@@ -266,7 +256,7 @@ def _summary(records, logits_fn, x, y, eps, *, key, ids, classes, norm, version,
                 classes=classes,
                 names=[label for _, label in stages],
             ),  # fmt: skip
-            "version": version if custom is None else "custom",
+            "version": config.label,
             "schedule": schedule,
             "threat_model_text": tm.describe(),
             "processes": processes,

@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +45,22 @@ def _is_int(value: Any) -> bool:
 
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def parse_eps(text: Any) -> float:
+    """'8/255' -> 8/255, '0.5' or 0.5 -> 0.5; ValueError otherwise."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    elif isinstance(text, str) and (m := re.fullmatch(r"\s*([0-9.]+)\s*/\s*([0-9.]+)\s*", text)):
+        value = float(m.group(1)) / float(m.group(2))
+    else:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise ValueError(f"eps {text!r} must be a number or 'k/255'") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"eps {text!r} must be finite and >= 0")
+    return value
 
 
 def format_eps(eps: float) -> str:

@@ -23,13 +23,13 @@ import jax
 import numpy as np
 
 from advjax import backend
-from advjax.data import load_cifar10
+from advjax.data import EvalCases, load_cifar10
 from advjax.evaluation import (
     AUTOATTACK,
+    AutoAttackConfig,
     Check,
     Member,
     aggregate_records,
-    autoattack_threat_model,
     find_group,
     format_eps,
     parse_eps,
@@ -192,7 +192,7 @@ def evaluate(args: argparse.Namespace, out: Path, argv) -> dict:
     study = json.loads((study_dir / "results.json").read_text())
     eps = args.eps
     specs = members(args.steps, args.targets, args.queries)
-    tm = autoattack_threat_model(eps, specs, "linf")
+    tm = AutoAttackConfig(eps=eps, members=specs).threat_model
     print(tm.describe())
     data = load_cifar10(args.data_dir)
     idx = np.asarray(study["data"]["eval_indices"])
@@ -203,9 +203,10 @@ def evaluate(args: argparse.Namespace, out: Path, argv) -> dict:
         logits_fn, mhash = load_logits_fn(study_dir / "checkpoints" / f"{name}.msgpack")
         progress = None if args.no_progress else _progress(name)
         run_autoattack(
-            log, logits_fn, x, y, eps, key=jax.random.key(study["config"]["seed"]), model=name,
-            model_hash=mhash, case_ids=np.arange(len(y)), members=specs,
-            batch_size=args.batch_size, on_run=progress,
+            log, logits_fn, EvalCases(x, y, np.arange(len(y))),
+            AutoAttackConfig(eps=eps, members=specs, batch_size=args.batch_size),
+            key=jax.random.key(study["config"]["seed"]), model=name, model_hash=mhash,
+            on_run=progress,
         )  # fmt: skip
     every = log.read()
     records = [r for r in every if r.model in names]

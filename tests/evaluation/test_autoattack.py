@@ -246,11 +246,11 @@ def test_rand_version_on_a_random_model_is_stronger_than_one_fixed_draw(model):
 )
 def test_every_case_spends_at_most_the_declared_query_budget(model, members):
     """The per-case queries the result reports never exceed the budget the run's threat
-    model declares (`autoattack_threat_model`), with or without EOT."""
+    model declares (`AutoAttackConfig.threat_model`), with or without EOT."""
     logits_fn, x, y = model
     fn = _noisy(logits_fn) if members[0].eot > 1 else logits_fn
     r = autoattack(fn, x, y, EPS, key=jax.random.key(0), members=members, checks=False)
-    declared = advjax.evaluation.autoattack_threat_model(EPS, members, "linf").queries
+    declared = advjax.evaluation.AutoAttackConfig(eps=EPS, members=members).threat_model.queries
     per_case = sum(m.queries_per_run * len(m.runs()) for m in members)
     assert r.queries.max() <= per_case <= declared
     assert r.queries[r.robust].min() >= min(m.queries_per_run for m in members)

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from advjax.evaluation import AUTOATTACK, autoattack, run_autoattack
+from advjax.data import EvalCases
+from advjax.evaluation import AUTOATTACK, AutoAttackConfig, autoattack, run_autoattack
 from advjax.evaluation._autoattack_records import member_passes
 from advjax.evaluation.engine import member_hash
 from advjax.records import RecordLog
@@ -23,9 +24,10 @@ def case():
 
 def _run(log, case, **kwargs):
     logits_fn, x, y, members = case
+    config = AutoAttackConfig(eps=EPS, members=kwargs.pop("members", members), batch_size=8)
     return run_autoattack(
-        log, logits_fn, x, y, EPS, key=jax.random.key(3), model="mlp", model_hash="h", members=members,
-        batch_size=8, **kwargs,
+        log, logits_fn, EvalCases(x, y, kwargs.pop("case_ids", None)), config,
+        key=jax.random.key(3), model="mlp", model_hash=kwargs.pop("model_hash", "h"), **kwargs,
     )  # fmt: skip
 
 
@@ -94,17 +96,7 @@ def test_records_of_another_model_version_are_refused_naming_both_hashes_and_not
         (dict(model_hash="h", members=longer), f"with attack_config_hash {theirs}; the given attack_config_hash is {given}"),
     ]:  # fmt: skip
         with pytest.raises(ValueError) as info:
-            run_autoattack(
-                log,
-                logits_fn,
-                x,
-                y,
-                EPS,
-                key=jax.random.key(3),
-                model="mlp",
-                batch_size=8,
-                **kwargs,
-            )
+            _run(log, case, **kwargs)
         assert str(path) in str(info.value) and expected in str(info.value), str(info.value)
         assert path.read_bytes() == before
 
@@ -204,8 +196,9 @@ def _fast_case(masked: bool):
 
 
 def _run_fast(log, logits_fn, x, y, eps, **kwargs):
-    return run_autoattack(log, logits_fn, x, y, eps, key=jax.random.key(3), model="mlp", model_hash="h",
-                          version="fast", batch_size=8, **kwargs)  # fmt: skip
+    config = AutoAttackConfig(eps=eps, version="fast", batch_size=8)
+    return run_autoattack(log, logits_fn, EvalCases(x, y), config, key=jax.random.key(3),
+                          model="mlp", model_hash="h", **kwargs)  # fmt: skip
 
 
 @pytest.mark.slow

@@ -11,8 +11,9 @@ import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
 from advjax.attacks import ATTACKS
+from advjax.data import EvalCases
 from advjax.evaluate import main
-from advjax.evaluation import AttackSpec, Member, autoattack, run_evaluation
+from advjax.evaluation import AttackSpec, AutoAttackConfig, Member, autoattack, run_evaluation
 
 REFUSAL = "attack 'linf-only' runs under norm linf only, got norm='l2'"
 
@@ -47,8 +48,12 @@ def test_run_evaluation_refuses_before_writing_anything(linf_only, tmp_path):
     x, y = make_linear_batch(n=8)
     out = tmp_path / "run"
     with pytest.raises(ValueError, match=REFUSAL):
-        run_evaluation(out, logits_fn, x, y, 0.5, key=jax.random.key(0), model="m",
-                       model_hash="h", norm="l2", members=["linf-only"], log_line=lambda _: None)  # fmt: skip
+        AutoAttackConfig(eps=0.5, norm="l2", members=["linf-only"])
+    config = AutoAttackConfig(eps=0.5, norm="linf", members=["linf-only"])
+    with pytest.raises(ValueError, match=REFUSAL):  # a config changed after it was checked
+        object.__setattr__(config, "norm", "l2")
+        run_evaluation(out, logits_fn, EvalCases(x, y), config, key=jax.random.key(0),
+                       model="m", model_hash="h", log_line=lambda _: None)  # fmt: skip
     assert not out.exists() or not any(out.iterdir())
 
 

@@ -65,7 +65,7 @@ def test_a_model_returning_probabilities_is_held_by_the_gate(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--model", MODEL, "--eps", "8"], "--eps 8 must be in \\[0, 1\\] for --norm linf"),
+        (["--model", MODEL, "--eps", "8"], "--eps=8.0 must be in \\[0, 1\\] \\(pixel units"),
         (["--model", "no_colon"], "expected module:function"),
         (["--model", MODEL, "--n", "0"], "--data: n=0 must be in \\[1, 10000\\]"),
         (["--model", MODEL, "--members", "apgd-ce,cw"], "--members 'apgd-ce,cw': expected .*fmn"),

@@ -180,7 +180,7 @@ def greedy_attack(
     return result("exhausted", clean_pred, edits)
 
 
-class Outcome(NamedTuple):
+class GreedyOutcome(NamedTuple):
     """A case's outcome at some caps: stop reason, whether broken, queries, edits kept."""
 
     stop: str
@@ -190,7 +190,7 @@ class Outcome(NamedTuple):
     perturbed: str
 
 
-def truncate_result(r: GreedyResult, *, max_queries: int, max_share: float) -> Outcome:
+def truncate_result(r: GreedyResult, *, max_queries: int, max_share: float) -> GreedyOutcome:
     """The outcome the same search would have had under caps (max_queries, max_share).
 
     Exact in stop reason, success and query count for caps no larger than the run's own
@@ -209,20 +209,20 @@ def truncate_result(r: GreedyResult, *, max_queries: int, max_share: float) -> O
             f"({r.max_queries} queries, {r.max_changes} edits)"
         )
     if r.stop == "clean_wrong":
-        return Outcome("clean_wrong", False, min(r.queries, max_queries), (), r.perturbed)
+        return GreedyOutcome("clean_wrong", False, min(r.queries, max_queries), (), r.perturbed)
     flip_edit = len(r.edits) if r.stop == "flipped" else None
     if flip_edit is not None and r.first_flip_query <= max_queries and flip_edit <= cap:
-        return Outcome("flipped", True, min(r.queries, max_queries), r.edits, r.perturbed)
+        return GreedyOutcome("flipped", True, min(r.queries, max_queries), r.edits, r.perturbed)
     if cap == 0:
-        return Outcome("share_cap", False, 1, (), " ".join(r.words))
+        return GreedyOutcome("share_cap", False, 1, (), " ".join(r.words))
     non_flip = r.edits[: len(r.edits) - (flip_edit is not None)]
     if cap <= len(non_flip) and non_flip[cap - 1].query <= max_queries:
         kept = non_flip[:cap]
-        return Outcome("share_cap", False, kept[-1].query, kept, apply_edits(r.words, kept))
+        return GreedyOutcome("share_cap", False, kept[-1].query, kept, apply_edits(r.words, kept))
     if r.queries > max_queries:
         kept = tuple(e for e in non_flip if e.query <= max_queries)
-        return Outcome("query_cap", False, max_queries, kept, apply_edits(r.words, kept))
+        return GreedyOutcome("query_cap", False, max_queries, kept, apply_edits(r.words, kept))
     if r.stop == "flipped":  # the flip needed more edits than the cap allows
         kept = non_flip[:cap]
-        return Outcome("share_cap", False, r.queries, kept, apply_edits(r.words, kept))
-    return Outcome(r.stop, False, r.queries, r.edits, r.perturbed)
+        return GreedyOutcome("share_cap", False, r.queries, kept, apply_edits(r.words, kept))
+    return GreedyOutcome(r.stop, False, r.queries, r.edits, r.perturbed)
