@@ -31,7 +31,7 @@ from advjax.attacks._checks import (
     check_key,
     check_labels,
 )
-from advjax.attacks._iterative import SearchResult, restart_keys
+from advjax.attacks._iterative import SearchResult, checked_restart_keys
 from advjax.attacks._iterative import loss_and_grad as _loss_and_grad
 from advjax.attacks._losses import (
     per_example_cross_entropy,
@@ -202,14 +202,8 @@ def _prepare(x, y, eps, key, *, steps, norm, restarts, first_restart, rho, alpha
     _check_fraction("alpha", alpha, allow_zero=False)
     check_key(key)
     x, y = _check_inputs(x, y)
-    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        key = jax.random.wrap_key_data(key)  # legacy uint32 keys, shape (2,) or (batch, 2)
-    if key.ndim not in (0, 1) or (key.ndim == 1 and key.shape[0] != y.shape[0]):
-        raise ValueError(
-            f"key must be one PRNG key or one per example (shape ({y.shape[0]},)), "
-            f"got shape {key.shape}"
-        )
-    return x, y, jnp.asarray(eps, x.dtype), restart_keys(key, restarts, first_restart)
+    keys = checked_restart_keys(key, y.shape[0], restarts, first_restart)
+    return x, y, jnp.asarray(eps, x.dtype), keys
 
 
 def _run(logits_fn, loss_fn, x, y, eps, keys, **options) -> SearchResult:

@@ -151,6 +151,25 @@ def restart_keys(key: jax.Array, restarts: int, first_restart: int = 0) -> jax.A
     )
 
 
+def checked_restart_keys(key, batch: int, restarts: int, first_restart: int = 0) -> jax.Array:
+    """`restart_keys` of a checked key: one PRNG key or one per example (legacy uint32 keys,
+    shape (2,) or (batch, 2), wrapped); `first_restart` an integer >= 0."""
+    check_key(key)
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)
+    if key.ndim not in (0, 1) or (key.ndim == 1 and key.shape[0] != batch):
+        raise ValueError(
+            f"key must be one PRNG key or one per example (shape ({batch},)), got shape {key.shape}"
+        )
+    if (
+        isinstance(first_restart, bool)
+        or not isinstance(first_restart, numbers.Integral)
+        or first_restart < 0
+    ):
+        raise ValueError(f"first_restart={first_restart!r} must be an integer >= 0")
+    return restart_keys(key, restarts, first_restart)
+
+
 def start(rule: StepRule, x: Array, eps, key: jax.Array, norm: str = "linf") -> IterateState:
     """A restart's state at its start: uniform in the eps-ball (clipped to [0, 1]) when the
     rule starts at random, else x. `key` is one key or one per example (`restart_keys`)."""
@@ -295,20 +314,7 @@ def search(
     step_size = (
         rule.default_step_size(eps, steps) if step_size is None else jnp.asarray(step_size, x.dtype)
     )
-    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        key = jax.random.wrap_key_data(key)  # legacy uint32 keys, shape (2,) or (batch, 2)
-    if key.ndim not in (0, 1) or (key.ndim == 1 and key.shape[0] != y.shape[0]):
-        raise ValueError(
-            f"key must be one PRNG key or one per example (shape ({y.shape[0]},)), "
-            f"got shape {key.shape}"
-        )
-    if (
-        isinstance(first_restart, bool)
-        or not isinstance(first_restart, numbers.Integral)
-        or first_restart < 0
-    ):
-        raise ValueError(f"first_restart={first_restart!r} must be an integer >= 0")
-    keys = restart_keys(key, restarts, first_restart)
+    keys = checked_restart_keys(key, y.shape[0], restarts, first_restart)
     labels = target if targeted else y
     objective = dict(norm=norm, loss=loss, targeted=targeted, hyper=hyper)
     states = jax.vmap(
