@@ -34,9 +34,10 @@ from advjax.backend import fast_path
 from advjax.types import Array, ArrayLike, LogitsFn
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
 class StepRule:
-    """How an iterative gradient attack moves one iterate.
+    """How an iterative gradient attack moves one iterate (compared and hashed by identity:
+    one rule per attack, so the `Attack` holding it stays hashable).
 
     Attributes:
       step: `step(x_adv, grad, carry, *, norm, step_size, **hyper) -> (x_next, carry)`; the

@@ -130,3 +130,10 @@ def test_adding_a_member_never_changes_another_members_draws():
     np.testing.assert_array_equal(both.broken_by == 0, first)
     np.testing.assert_array_equal(both.x_adv[first], alone.x_adv[first])
     assert not (both.robust & ~alone.robust).any(), "a stronger list never leaves more robust"
+
+
+def test_every_declaration_is_hashable_so_runners_may_key_on_it():
+    """An `Attack` (with its step rule, hyper-parameters included) is a frozen, hashable value:
+    a jitted program or a cache may take it as a static argument."""
+    assert len({attack: name for name, attack in ATTACKS.items()}) == len(ATTACKS)
+    assert hash(ATTACKS["mi-fgsm"]) == hash(ATTACKS["mi-fgsm"])
