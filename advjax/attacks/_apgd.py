@@ -11,6 +11,7 @@ Reference: Croce & Hein, "Reliable evaluation of adversarial robustness with an 
 of diverse parameter-free attacks", ICML 2020.
 """
 
+import functools
 import math
 import numbers
 from typing import Callable, NamedTuple, Sequence
@@ -403,17 +404,17 @@ def _run_targeted(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, o
 _REFERENCE = "Croce & Hein, ICML 2020"
 DECLARED = (
     Attack(
-        name="apgd-ce", run=_run_untargeted("ce"), norms=("linf", "l2"), targeted=False,
+        name="apgd-ce", run=_run_untargeted("ce"), function=functools.partial(apgd, loss="ce"), norms=("linf", "l2"), targeted=False,
         kind="gradient", queries=lambda steps: steps + 1,
         passes=lambda steps, classes: (steps + 1, steps + 1), reference=_REFERENCE,
     ),
     Attack(
-        name="apgd-dlr", run=_run_untargeted("dlr"), norms=("linf", "l2"), targeted=False,
+        name="apgd-dlr", run=_run_untargeted("dlr"), function=functools.partial(apgd, loss="dlr"), norms=("linf", "l2"), targeted=False,
         kind="gradient", queries=lambda steps: steps + 1,
         passes=lambda steps, classes: (steps + 1, steps + 1), reference=_REFERENCE,
     ),
     Attack(
-        name="apgd-t", run=_run_targeted, norms=("linf", "l2"), targeted=True,
+        name="apgd-t", run=_run_targeted, function=apgd_targeted, norms=("linf", "l2"), targeted=True,
         kind="gradient", queries=lambda steps: steps + 1,
         passes=lambda steps, classes: (steps + 2, steps + 1), options=("targets",),
         reference=_REFERENCE,

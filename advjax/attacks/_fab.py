@@ -11,6 +11,7 @@ Reference: Croce & Hein, "Minimally distorted adversarial examples with a fast a
 boundary attack", ICML 2020; fra31/auto-attack `fab_base.py`, `fab_projections.py`.
 """
 
+import functools
 import math
 import numbers
 from collections.abc import Sequence
@@ -350,7 +351,8 @@ def _declare(targeted: bool):
         return 2 * steps + 1, steps * (1 if targeted else classes)
 
     return Attack(
-        name="fab-t" if targeted else "fab", run=run, norms=("linf", "l2"), targeted=targeted,
+        name="fab-t" if targeted else "fab", run=run,
+        function=fab if targeted else functools.partial(fab, target_ranks=None), norms=("linf", "l2"), targeted=targeted,
         kind="gradient", queries=lambda steps: 2 * steps + 1,
         passes=passes, options=("targets",) if targeted else (), restarts=False,
         reference="Croce & Hein, ICML 2020 (FAB)",

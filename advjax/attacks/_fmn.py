@@ -315,9 +315,14 @@ def _run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -
     )
 
 
+def _within(logits_fn, x, y, eps, **options) -> FMNResult:
+    """`fmn` inside the budget eps, called as every attack is (eps the fourth argument)."""
+    return fmn(logits_fn, x, y, eps=eps, **options)
+
+
 DECLARED = (
     Attack(
-        name="fmn", run=_run, norms=("linf", "l2"), targeted=False, kind="gradient",
+        name="fmn", run=_run, function=_within, norms=("linf", "l2"), targeted=False, kind="gradient",
         queries=lambda steps: steps + 3 + BISECT + SHRINK,
         passes=lambda steps, classes: (steps + 3 + BISECT + SHRINK, steps + 1),
         restarts=False, reference="Pintor et al., NeurIPS 2021",

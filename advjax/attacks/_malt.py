@@ -111,7 +111,7 @@ def _run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -
 
 DECLARED = (
     Attack(
-        name="malt", run=_run, norms=("linf", "l2"), targeted=True, kind="gradient",
+        name="malt", run=_run, function=malt, norms=("linf", "l2"), targeted=True, kind="gradient",
         queries=lambda steps: steps + 2,
         passes=lambda steps, classes: (steps + 2, steps + 1 + classes),
         reference="Melamed et al., NeurIPS 2024",

@@ -250,6 +250,11 @@ def _run_pgd_targeted(
     return BatchRun(x_adv, broken, per_case(steps, y), per_case(False, y, bool))
 
 
+def _pgd_targeted(logits_fn, x, y, eps, *, target, **options) -> Array:
+    """`pgd` towards each case's `target` class (required)."""
+    return pgd(logits_fn, x, y, eps, target=target, **options)
+
+
 DECLARED = (
     Attack(
         name="fgsm", run=_run_fgsm, function=fgsm, norms=("linf", "l2"), targeted=False, kind="gradient",
@@ -262,7 +267,7 @@ DECLARED = (
         options=("loss", "step_fraction"), reference="Madry et al., ICLR 2018",
     ),
     Attack(
-        name="pgd-t", run=_run_pgd_targeted, norms=("linf", "l2"), targeted=True,
+        name="pgd-t", run=_run_pgd_targeted, function=_pgd_targeted, norms=("linf", "l2"), targeted=True,
         kind="gradient", queries=lambda steps: steps,
         passes=lambda steps, classes: (steps + 3, steps),
         options=("loss", "step_fraction", "targets"), restarts=False,

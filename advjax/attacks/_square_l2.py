@@ -257,7 +257,7 @@ def _run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -
 
 DECLARED = (
     Attack(
-        name="square", run=_run, norms=("linf", "l2"), targeted=False, kind="score",
+        name="square", run=_run, function=square, norms=("linf", "l2"), targeted=False, kind="score",
         queries=lambda steps: steps, passes=lambda steps, classes: (steps, 0),
         options=("p_init",), reference="Andriushchenko et al., ECCV 2020",
     ),

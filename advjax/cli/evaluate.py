@@ -249,7 +249,7 @@ def evaluate(args, argv) -> int:
     config = AutoAttackConfig(eps=args.eps, norm=args.norm, version=args.version,
                               members=members, batch_size=args.batch_size)  # fmt: skip
     result = run_evaluation(
-        args.out, logits_fn, cases if count > 1 else cases._replace(positions=None), config,
+        args.out, logits_fn, cases, config,
         key=jax.random.key(args.seed), model=name, model_hash=digest, policy=args.policy,
         show_progress=not args.no_progress,
         command="python -m advjax.evaluate " + shlex.join(sys.argv[1:] if argv is None else argv),

@@ -3,6 +3,7 @@ run it, keeps the threat model's promises; key streams are fixed by name."""
 
 import dataclasses
 import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -137,3 +138,30 @@ def test_every_declaration_is_hashable_so_runners_may_key_on_it():
     a jitted program or a cache may take it as a static argument."""
     assert len({attack: name for name, attack in ATTACKS.items()}) == len(ATTACKS)
     assert hash(ATTACKS["mi-fgsm"]) == hash(ATTACKS["mi-fgsm"])
+
+
+@pytest.mark.parametrize("name,norm", CASES)
+def test_every_entry_is_callable_by_name_in_its_norms_and_refuses_the_others(name, norm):
+    """`ATTACKS[name](logits_fn, x, y, eps, ...)` runs the attack's own function: its points
+    stay in the eps-ball and [0, 1] (pgd-t given its targets; the rest their defaults; FMN, a
+    minimum-norm attack, returns its smallest point, which eps bounds only where it dates a
+    break inside eps); a norm the attack does not declare is refused before any work."""
+    attack = ATTACKS[name]
+    x, _ = make_linear_batch(n=6)
+    y = jnp.argmax(LOGITS_FN(x), -1).astype(jnp.int32)
+    kwargs = {"steps": 3} if name not in ("fgsm", "square") else {}
+    if name == "square":
+        kwargs = {"queries": 20}
+    if "key" in inspect.signature(attack.function).parameters or name in ("pgd-t", "mi-fgsm"):
+        kwargs["key"] = jax.random.key(0)
+    if name == "pgd-t":
+        kwargs["target"] = (y + 1) % 10
+    out = attack(LOGITS_FN, x, y, EPS[norm], norm=norm, **kwargs)
+    x_adv = np.asarray(getattr(out, "x_adv", out))
+    assert x_adv.shape == x.shape and x_adv.min() >= 0 and x_adv.max() <= 1
+    size = np.asarray(perturbation_norm(jnp.asarray(x_adv - x), norm))
+    bounded = np.asarray(out.first_step) >= 0 if name == "fmn" else np.ones(len(y), bool)
+    assert bounded.any()
+    assert (size[bounded] <= EPS[norm] * (1 + 1e-5) + 1e-6).all()
+    with pytest.raises(ValueError, match=f"attack {name!r} runs under norm"):
+        attack(LOGITS_FN, x, y, EPS[norm], norm="l1", **kwargs)
