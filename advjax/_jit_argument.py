@@ -4,7 +4,7 @@ A logits function that closes over its weights bakes them into each program that
 it, as constants: every model then compiles every attack anew. A `jax.tree_util.Partial`
 holds its weights as pytree leaves instead; passed as an argument of `jax.jit`, they become
 inputs of the program, so models of one architecture (and shape) share one compiled
-program, in memory and in JAX's persistent compilation cache. `advjax.model.eval_logits_fn`
+program, in memory and in JAX's persistent compilation cache. `advjax_train.eval_logits_fn`
 returns such a Partial. Any other callable is wrapped as a Partial without leaves: it
 still compiles once per function, as it would when closed over.
 """

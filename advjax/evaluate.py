@@ -5,7 +5,5 @@ import sys
 
 from advjax.cli.evaluate import main
 
-__all__ = ["main"]
-
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,5 @@ import sys
 
 from advjax.cli.gate import main
 
-__all__ = ["main"]
-
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,7 +4,7 @@ ResNet), against torchattacks' PGD on the same weights and images, in one run.
     python -m benchmarks.any_model [--images 500] [--reps 2] [--rounds 2] [--models a,b]
                                    [--slow-path-images 250] [--out benchmarks/results]
 
-For each model of `benchmarks/user_models.py`: advjax.pgd (20 steps, eps 8/255, step 2/255,
+For each model of `benchmarks/user_models.py`: advjax.attacks.pgd (20 steps, eps 8/255, step 2/255,
 random start, jitted, batches of 250) with the fast path (the default) and with
 `ADVJAX_FAST_PATH=0` (the model's own layouts; on `--slow-path-images` only, once), then
 torchattacks.PGD with the same settings in the PyTorch environment (NCHW and
@@ -35,10 +35,12 @@ def _time_advjax(logits_fn, x, y, batch: int, reps: int, fast: bool) -> list[flo
 
     import advjax
 
-    os.environ[backend.FAST_PATH_VARIABLE] = "1" if fast else "0"
+    os.environ["ADVJAX_FAST_PATH"] = "1" if fast else "0"
     try:
         attack = jax.jit(
-            lambda a, b, k: advjax.pgd(logits_fn, a, b, EPS, key=k, steps=STEPS, step_size=2 / 255)
+            lambda a, b, k: advjax.attacks.pgd(
+                logits_fn, a, b, EPS, key=k, steps=STEPS, step_size=2 / 255
+            )
         )
         batches = [(x[i : i + batch], y[i : i + batch]) for i in range(0, len(y), batch)]
         jax.block_until_ready(attack(*batches[0], jax.random.key(0)))  # compile
@@ -50,7 +52,7 @@ def _time_advjax(logits_fn, x, y, batch: int, reps: int, fast: bool) -> list[flo
             times.append(time.perf_counter() - start)
         return times
     finally:
-        os.environ.pop(backend.FAST_PATH_VARIABLE, None)
+        os.environ.pop("ADVJAX_FAST_PATH", None)
 
 
 def _run_torch(python: str, inputs: Path, reps: int, batch: int, threads: int) -> dict:
@@ -151,7 +153,7 @@ def render(report: dict) -> str:
         "",
         f"{report['images']} random images, batches of {report['batch']}, eps 8/255, step "
         "2/255, random start, the same weights on both sides (largest logit difference in "
-        "the last column). advjax: `advjax.pgd` jitted, fast path on (default) and off "
+        "the last column). advjax: `advjax.attacks.pgd` jitted, fast path on (default) and off "
         "(`ADVJAX_FAST_PATH=0`, one repetition on fewer images); PyTorch: "
         "`torchattacks.PGD`, NCHW and channels_last. Model passes per image: advjax 21 "
         "forward + 20 backward, torchattacks 20 + 20. Images/s at the median repetition.",

@@ -6,7 +6,7 @@
 The model: a trained study checkpoint written again as a user's plain-`jax.numpy` port
 (`benchmarks.user_models.plain_compact_cnn`: `lax.conv_general_dilated`, batch norm as
 arithmetic, `lax.reduce_window` pooling, no advjax layer). advjax runs
-`advjax.autoattack(version="standard")` on it as the README shows (fast path on, the
+`advjax.evaluation.autoattack(version="standard")` on it as the README shows (fast path on, the
 default); the original AutoAttack (`pyautoattack`, Croce & Hein's code) runs the standard
 version on the same weights in the PyTorch `Net` (`--torch-python`: torch==2.13.0,
 pyautoattack), 2 threads, seed 0. Images: the first n of the study's stratified test cases.
@@ -39,7 +39,7 @@ def main(argv=None) -> dict:
     from advjax.evaluation.engine import resolve_members
     from advjax.evaluation.stats import format_rate, rate
     from advjax.io import environment, load_checkpoint
-    from advjax.model import CompactCNN, eval_logits_fn
+    from advjax_train import CompactCNN, eval_logits_fn
     from benchmarks.autoattack_peer import (
         batched_logits,
         full_budget,

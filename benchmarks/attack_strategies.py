@@ -30,8 +30,7 @@ from advjax.attacks import pgd_search
 from advjax.data import load_cifar10
 from advjax.evaluation import AttackSpec, parse_eps
 from advjax.evaluation.engine import attack_cases, case_keys, key_from_path, make_program
-from advjax.model import load_logits_fn
-from advjax.train import to_float
+from advjax_train import load_logits_fn, to_float
 from benchmarks.machine import describe_machine, maxrss_mib
 from benchmarks.report import write_report
 

@@ -4,7 +4,7 @@
 The same weights (a study checkpoint, exported to the peer's PyTorch `Net`), the same images
 (the first n of the study's stratified test cases), eps 8/255 L-inf, the standard members
 with 100 iterations (APGD-CE, APGD-T and FAB-T with 9 targets, Square with 5,000 queries),
-each member on the cases still robust. advjax runs `advjax.autoattack` in this process;
+each member on the cases still robust. advjax runs `advjax.evaluation.autoattack` in this process;
 the peer runs torchattacks in its own environment (`--torch-python`, default
 .torchvenv/bin/python: `pip install torch==2.13.0 torchattacks --no-deps scipy tqdm
 requests`), 2 threads. Reports robust accuracy with intervals, per-case agreement, each
@@ -84,7 +84,7 @@ def run_torch_script(
 def study_images(study_dir, n: int, data_dir=None) -> tuple[np.ndarray, np.ndarray]:
     """The first n of a study's stratified evaluation cases: float NHWC images, labels."""
     from advjax.data import load_cifar10
-    from advjax.train import to_float
+    from advjax_train import to_float
 
     study = json.loads((Path(study_dir) / "results.json").read_text())
     index = np.asarray(study["data"]["eval_indices"])[:n]
@@ -111,7 +111,7 @@ def peer_parser(doc: str, *, n: int) -> argparse.ArgumentParser:
 def study_checkpoint(study, model: str):
     """A study's committed checkpoint by model name: (model, variables)."""
     from advjax.io import load_checkpoint
-    from advjax.model import CompactCNN
+    from advjax_train import CompactCNN
 
     return load_checkpoint(Path(study) / "checkpoints" / f"{model}.msgpack", CompactCNN)
 
@@ -130,7 +130,7 @@ def run_peer(torch_python: str, model, variables, x, y, logits, *, threads: int)
 
 
 def run_advjax(logits_fn, x, y, eps, seed, *, version="standard", checks=False):
-    """`advjax.autoattack`, timed: (result, seconds, seconds per member from its runs)."""
+    """`advjax.evaluation.autoattack`, timed: (result, seconds, seconds per member from its runs)."""
     from advjax.evaluation import autoattack
 
     marks = []
@@ -197,8 +197,8 @@ def main(argv=None) -> dict:
     from advjax.evaluation.engine import resolve_members
     from advjax.evaluation.stats import format_rate, rate
     from advjax.io import environment
-    from advjax.model import eval_logits_fn
     from advjax.records import atomic_write_json, atomic_write_text
+    from advjax_train import eval_logits_fn
 
     x, y = study_images(args.study, args.n, args.data_dir)
     model, variables = study_checkpoint(args.study, args.model)

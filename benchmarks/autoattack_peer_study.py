@@ -107,7 +107,7 @@ def from_benchmark(path: Path, name: str, study_dir: Path, n: int) -> dict | Non
 def attack(args: argparse.Namespace, checkpoint: Path, x: np.ndarray, y: np.ndarray) -> dict:
     """torchattacks' standard AutoAttack on the checkpoint's weights, timed here."""
     from advjax.io import environment, load_checkpoint
-    from advjax.model import CompactCNN, eval_logits_fn
+    from advjax_train import CompactCNN, eval_logits_fn
 
     model, variables = load_checkpoint(checkpoint, CompactCNN)
     logits_fn = jax.jit(eval_logits_fn(model, variables))
@@ -154,7 +154,7 @@ def compare(args: argparse.Namespace, argv, study_dir: Path, folder: Path) -> di
     from advjax.data import load_cifar10
     from advjax.evaluation.stats import format_rate, rate
     from advjax.records import atomic_write_json, read_records, record_file
-    from advjax.train import to_float
+    from advjax_train import to_float
 
     study = json.loads((study_dir / "results.json").read_text())
     records = read_records(record_file(folder))

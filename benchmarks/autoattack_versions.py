@@ -5,7 +5,7 @@
 
 The same weights (a study checkpoint; the peer gets them in its PyTorch `Net`), the same
 images (the first n of the study's stratified test cases), eps 8/255 L-inf, seed 0:
-`advjax.autoattack(version="fast")`, then `advjax.autoattack(version="standard")`, both with
+`advjax.evaluation.autoattack(version="fast")`, then `advjax.evaluation.autoattack(version="standard")`, both with
 their checks on, as a user calls them; then the original AutoAttack (`pyautoattack`, Croce &
 Hein's code: APGD-CE without restarts, APGD-T and FAB-T with 9 targets, Square with 5,000
 queries, the paper's standard settings) on 2 threads. Reports robust accuracy, per-case
@@ -121,7 +121,7 @@ def main(argv=None) -> dict:
 
     from advjax.evaluation.stats import format_rate, rate
     from advjax.io import environment
-    from advjax.model import eval_logits_fn
+    from advjax_train import eval_logits_fn
     from benchmarks.autoattack_peer import (
         batched_logits,
         run_advjax,

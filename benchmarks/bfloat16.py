@@ -147,9 +147,8 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     from advjax.data import load_cifar10
     from advjax.io import load_checkpoint
-    from advjax.model import CompactCNN
     from advjax.records import atomic_write_json, atomic_write_text
-    from advjax.train import to_float
+    from advjax_train import CompactCNN, to_float
 
     machine = describe_machine(str(REPO))
     study = json.loads((Path(args.study) / "results.json").read_text())

@@ -8,7 +8,7 @@ member loop. Each side runs `benchmarks/engine_speed_side.py` with a git worktre
 revision first on `PYTHONPATH`: the CIFAR study's default attack phases (FGSM, PGD-20, the
 budget curves, the transfer check, per model) on the committed checkpoints of
 `results/cifar10/default/`, timed per attack by the study's own `evaluate_model`, then
-`advjax.autoattack` standard at 8/255 on the first `--aa-cases` study images of the best model.
+`advjax.evaluation.autoattack` standard at 8/255 on the first `--aa-cases` study images of the best model.
 Sides alternate before / after `--repeats` times so that drift in the machine's speed falls on
 both. The report gives each phase's median seconds and the ratio, and whether every case
 came out the same on both sides (status, predictions, queries, first break step, key path;
@@ -177,7 +177,7 @@ def markdown(report: dict) -> str:
         ),
         "",
         "The study's default attack phases on the committed checkpoints (seconds as "
-        "`evaluate_model` times each attack, compilation included) and `advjax.autoattack` "
+        "`evaluate_model` times each attack, compilation included) and `advjax.evaluation.autoattack` "
         "standard at 8/255 on the best model; median seconds with every run's, ratio = before "
         "/ after (above 1: faster now):",
         "",

@@ -5,7 +5,7 @@
 Imports only advjax and the CIFAR study of the revision on `PYTHONPATH` (names both revisions
 have), so the work is the same code path each revision offers its users: the study's default
 attack phases (`evaluate_model`, timed per attack by the study itself) on the committed
-checkpoints, then `advjax.autoattack` standard at 8/255 on the first cases of the best model.
+checkpoints, then `advjax.evaluation.autoattack` standard at 8/255 on the first cases of the best model.
 Writes OUT/side.json: seconds, the outcome of every case (to show both sides did the same work)
 and where advjax was imported from.
 """
@@ -23,7 +23,6 @@ from advjax import backend
 backend.configure()
 
 import advjax  # noqa: E402
-from advjax.train import to_float  # noqa: E402
 from experiments.cifar_robustness.config import profile  # noqa: E402
 from experiments.cifar_robustness.evaluation import (  # noqa: E402
     evaluate_model,
@@ -31,11 +30,18 @@ from experiments.cifar_robustness.evaluation import (  # noqa: E402
 )
 from experiments.cifar_robustness.study import load_study_data  # noqa: E402
 
-try:  # the record log's and the checkpoint reader's packages at this side's revision
-    from advjax.model import load_logits_fn
+try:  # the trainers', record log's and checkpoint reader's packages at this side's revision
     from advjax.records import RecordLog, record_file
+    from advjax_train import load_logits_fn, to_float
 except ImportError:
-    from advjax.io import RecordLog, load_logits_fn, record_file
+    from advjax.train import to_float
+
+    try:
+        from advjax.model import load_logits_fn
+
+        from advjax.records import RecordLog, record_file
+    except ImportError:
+        from advjax.io import RecordLog, load_logits_fn, record_file
 
 OUTCOME_FIELDS = ("status", "clean_pred", "adv_pred", "queries", "first_break_step", "key_path")
 
@@ -79,7 +85,7 @@ def main() -> None:
     logits_fn, _ = load_logits_fn(ckpt[args.best])
     n = args.aa_cases
     started = time.perf_counter()
-    result = advjax.autoattack(
+    result = advjax.evaluation.autoattack(
         logits_fn, x[:n], y[:n], 8 / 255, key=jax.random.key(config.seed), version="standard"
     )
     aa_seconds = time.perf_counter() - started

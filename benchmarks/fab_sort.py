@@ -35,9 +35,8 @@ def main(argv=None) -> dict:
 
     from advjax.attacks import _fab, _fab_projection
     from advjax.data import load_cifar10
-    from advjax.model import load_logits_fn
     from advjax.records import atomic_write_json, atomic_write_text, read_records, record_file
-    from advjax.train import to_float
+    from advjax_train import load_logits_fn, to_float
     from benchmarks.machine import describe_machine, load_average
 
     study = Path(args.study)

@@ -5,7 +5,7 @@
 
 Each STUDY:STRONG pair names a study run (results.json, checkpoints/) and the folder of its
 committed standard AutoAttack records (default: results/cifar10/default:results/cifar10/default/strong_evaluation, the
-three default models). For every model there, `advjax.autoattack(version="fast")` runs on
+three default models). For every model there, `advjax.evaluation.autoattack(version="fast")` runs on
 the same images with the same seed, and the benchmark reports: robust accuracy under both,
 the cases on which they disagree, the model passes of each (the standard version's from
 its records, by the same formula, `Member.passes`), which schedule fast took, and fast's
@@ -51,8 +51,8 @@ def run_pair(study_dir: Path, strong_dir: Path, models, data_dir) -> list[dict]:
     import jax
 
     from advjax.evaluation import autoattack
-    from advjax.model import load_logits_fn
     from advjax.records import read_records, record_file
+    from advjax_train import load_logits_fn
     from benchmarks.autoattack_peer import study_images
 
     study = json.loads((study_dir / "results.json").read_text())

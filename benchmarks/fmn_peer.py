@@ -5,7 +5,7 @@
 
 Both minimise the perturbation of each of the first n study test cases on each committed
 checkpoint, in L-inf and L2, with the same settings (steps, step size 1.0 annealed to 0.01,
-gamma 0.05): advjax's `advjax.fmn`, jitted, and Foolbox's FMN running the same JAX model
+gamma 0.05): advjax's `advjax.attacks.fmn`, jitted, and Foolbox's FMN running the same JAX model
 through EagerPy (`foolbox.JAXModel`). Per case, the norm each found (inf: none); the
 verdict asks that advjax finds an adversarial point on at least as many cases, with a median
 norm no larger (1e-5 relative tolerance: the two sum the same gradients in another order)
@@ -62,7 +62,7 @@ def advjax_fmn(logits_fn, x, y, norm: str, steps: int, batch: int) -> tuple[np.n
 
     import advjax
 
-    run = jax.jit(lambda a, b: advjax.fmn(logits_fn, a, b, norm=norm, steps=steps).x_adv)
+    run = jax.jit(lambda a, b: advjax.attacks.fmn(logits_fn, a, b, norm=norm, steps=steps).x_adv)
     out, started = [], time.perf_counter()
     for i in range(0, len(y), batch):
         out.append(np.asarray(run(x[i : i + batch], y[i : i + batch])))
@@ -153,7 +153,7 @@ def main(argv=None) -> dict:
     import foolbox
 
     from advjax.io import environment
-    from advjax.model import load_logits_fn
+    from advjax_train import load_logits_fn
     from benchmarks.autoattack_peer import study_images
     from benchmarks.machine import load_average
     from benchmarks.report import write_report

@@ -25,9 +25,8 @@ from advjax import backend
 from advjax.data import load_cifar10
 from advjax.evaluation import AttackSpec, ThreatModel, parse_eps, run_attack
 from advjax.evaluation.stats import format_rate, rate
-from advjax.model import load_logits_fn
 from advjax.records import RecordLog
-from advjax.train import to_float
+from advjax_train import load_logits_fn, to_float
 from benchmarks.machine import describe_machine, maxrss_mib
 from benchmarks.report import write_report
 

@@ -14,8 +14,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax.evaluation.engine import make_attack_fn
-from advjax.model import CompactCNN, eval_logits_fn
-from advjax.train import Batch, TrainConfig, create_train_state, make_train_step, to_float
+from advjax_train import (
+    Batch,
+    CompactCNN,
+    TrainConfig,
+    create_train_state,
+    eval_logits_fn,
+    make_train_step,
+    to_float,
+)
 from benchmarks.config import EPS, BenchConfig, WorkloadSpec
 
 

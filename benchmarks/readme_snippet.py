@@ -4,8 +4,8 @@
 
 Each advjax measurement is a fresh interpreter running the README's first Python block
 exactly as written (it calls `advjax.backend.configure()` first), then PGD-20 on the study's
-CNN through the public API as that block does (`advjax.eval_logits_fn`, `jax.jit` of
-`advjax.pgd`, 250 random images, eps 8/255, step 2/255), timed. A second variant drops the
+CNN through the public API as that block does (`advjax_train.eval_logits_fn`, `jax.jit` of
+`advjax.attacks.pgd`, 250 random images, eps 8/255, step 2/255), timed. A second variant drops the
 block's `configure()` line, as a user who skips it would, and records the warning advjax
 gives. The peer is `../shared/peers/torch_reference.py --workload pgd` (250 images, NCHW and
 channels_last, `.torchvenv`). Rounds alternate the three. Writes
@@ -28,13 +28,14 @@ CONFIGURE_LINE = re.compile(r"^advjax\.backend\.configure\(\).*$", re.M)
 
 TIMING = """
 import json as _json, time as _time
-from advjax.model import CompactCNN as _CNN
+import advjax_train
+from advjax_train import CompactCNN as _CNN
 _model = _CNN()
 _x = jax.random.uniform(jax.random.key(0), (250, 32, 32, 3))
 _vars = _model.init(jax.random.key(1), _x, train=False)
-_fn = advjax.eval_logits_fn(_model, _vars)
+_fn = advjax_train.eval_logits_fn(_model, _vars)
 _y = jnp.argmax(_fn(_x), -1)
-_attack = jax.jit(lambda a, b, k: advjax.pgd(_fn, a, b, 8 / 255, key=k, steps=20, step_size=2 / 255))
+_attack = jax.jit(lambda a, b, k: advjax.attacks.pgd(_fn, a, b, 8 / 255, key=k, steps=20, step_size=2 / 255))
 _attack(_x, _y, jax.random.key(2)).block_until_ready()
 _times = []
 for _ in range({reps}):

@@ -4,7 +4,7 @@
 
 Each device count runs in its own subprocess (the count is fixed when JAX starts) with
 `XLA_FLAGS=--xla_force_host_platform_device_count=N` and `JAX_PLATFORMS=cpu`, builds the
-same initial state, and times `advjax.train.sharded_train_step` on the same synthetic
+same initial state, and times `advjax_train.sharded_train_step` on the same synthetic
 uint8 batches of CIFAR shape (each timed step includes `shard_batch`'s host-to-device copy
 and ends in `jax.block_until_ready`). It prints a markdown table of images/s and the loss
 after the first step, which must agree across device counts to float tolerance.
@@ -36,8 +36,8 @@ def measure(mode: str, batch: int, steps: int) -> dict:
     import jax
     import numpy as np
 
-    from advjax.train import Batch, TrainConfig, create_train_state, make_train_step
-    from advjax.train import _sharding as sharding
+    from advjax_train import Batch, TrainConfig, create_train_state, make_train_step
+    from advjax_train import _sharding as sharding
     from benchmarks.jax_workloads import synthetic
 
     config = TrainConfig(mode=mode, batch_size=batch)

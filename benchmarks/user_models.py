@@ -268,10 +268,10 @@ def torch_layout(arch: str, weights: dict[str, np.ndarray]) -> dict[str, np.ndar
 
 
 def plain_compact_cnn(variables: dict, activation: str = "relu"):
-    """A trained `advjax.model.CompactCNN` written again as a user's port would be: plain
+    """A trained `advjax_train.CompactCNN` written again as a user's port would be: plain
     `lax.conv_general_dilated`, batch norm as arithmetic on the running statistics,
     `lax.reduce_window` max pooling; no advjax layer, no custom derivative."""
-    from advjax.model import CIFAR10_MEAN, CIFAR10_STD
+    from advjax_train import CIFAR10_MEAN, CIFAR10_STD
 
     params, stats = variables["params"], variables["batch_stats"]
     act = {"relu": jax.nn.relu, "silu": jax.nn.silu}[activation]

@@ -31,9 +31,14 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 from advjax.data import DATA_DIR_ENV, Cifar10, load_cifar10, stratified_indices  # noqa: E402
-from advjax.model import CompactCNN  # noqa: E402
 from advjax.records import ROBUST_STATUSES, CaseRecord  # noqa: E402
-from advjax.train import Batch, FitResult, TrainConfig, fit  # noqa: E402
+from advjax_train import (  # noqa: E402
+    Batch,
+    CompactCNN,  # noqa: E402
+    FitResult,
+    TrainConfig,
+    fit,
+)
 
 # ---------------------------------------------------------------------------
 # A tiny linear model for fast attack property tests.

@@ -14,8 +14,7 @@ import advjax
 P = inspect.Parameter
 
 
-PACKAGES = [
-    "advjax",
+CORE = [
     "advjax.attacks",
     "advjax.backend",
     "advjax.cli",
@@ -27,15 +26,18 @@ PACKAGES = [
     "advjax.evaluation.stats",
     "advjax.evaluation.summary",
     "advjax.io",
-    "advjax.model",
     "advjax.records",
-    "advjax.train",
-    "advjax.text",
-    "advjax.text.classify",
-    "advjax.text.data",
-    "advjax.text.tokenize",
-    "advjax.text.translate",
+    "advjax.types",
 ]
+BESIDE = [
+    "advjax_train",
+    "advjax_text",
+    "advjax_text.classify",
+    "advjax_text.data",
+    "advjax_text.tokenize",
+    "advjax_text.translate",
+]
+PACKAGES = CORE + BESIDE
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -51,11 +53,11 @@ def test_every_public_name_imports_from_its_package(package):
         assert not inspect.ismodule(namespace[name]), f"{package}.{name} is a module"
 
 
-@pytest.mark.parametrize("package", PACKAGES[1:])
+@pytest.mark.parametrize("package", PACKAGES)
 def test_each_object_is_exported_by_one_package_only(package):
-    """No object is listed by two subpackages (the top level re-exports a chosen few)."""
+    """No object is listed by two packages: each public name has one home."""
     mod = importlib.import_module(package)
-    for other in PACKAGES[1:]:
+    for other in PACKAGES:
         if other == package:
             continue
         shared = {
@@ -66,16 +68,21 @@ def test_each_object_is_exported_by_one_package_only(package):
         assert not shared, (package, other, shared)
 
 
-def test_top_level_reexports_come_from_the_subpackages():
-    """Every top-level name is the same object as in one subpackage's __all__."""
-    for name in advjax.__all__:
-        owners = [
-            p
-            for p in PACKAGES[1:]
-            if name in importlib.import_module(p).__all__
-            and getattr(importlib.import_module(p), name) is getattr(advjax, name)
-        ]
-        assert len(owners) == 1, (name, owners)
+def test_the_top_level_lists_the_public_packages_only():
+    """`advjax` re-exports no name: its `__all__` is its public subpackages, so every name
+    is spelled one way, `advjax.<package>.<name>`."""
+    assert sorted(advjax.__all__) == ["attacks", "backend", "data", "evaluation", "io", "records"]
+    assert all(inspect.ismodule(getattr(advjax, name)) for name in advjax.__all__)
+
+
+def test_the_public_surface_is_small():
+    """advjax's public modules list at most 150 names in all (the study's models and trainers
+    and the text stacks live beside it, in `advjax_train` and `advjax_text`), and docs/api.md
+    walks exactly the modules listed here."""
+    from tools.api_page import public_count, public_packages
+
+    assert public_packages() == ["advjax"] + CORE
+    assert public_count() <= 150, public_count()
 
 
 def _advjax_imports(package: str):
@@ -112,16 +119,14 @@ def test_records_are_at_the_bottom_and_io_imports_no_model():
         assert name.startswith(("advjax.io", "advjax.records", "advjax.backend")), (path, name)
 
 
-def test_no_library_module_imports_another_packages_private_module():
-    """A module imports another package's names from its public face (`__all__`); private
-    modules (`_name`) are reached only from inside their own package or below it."""
+def _imports_of(root):
+    """(file, imported module) for every `advjax*` module each file under `root` imports."""
     import ast
     import pathlib
 
-    root = pathlib.Path(advjax.__file__).parent
-    crossing = []
-    for path in root.rglob("*.py"):
-        package = path.parent.relative_to(root.parent).as_posix().replace("/", ".")
+    folder = pathlib.Path(importlib.import_module(root).__file__).parent
+    for path in folder.rglob("*.py"):
+        package = path.parent.relative_to(folder.parent).as_posix().replace("/", ".")
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
                 modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
@@ -129,25 +134,44 @@ def test_no_library_module_imports_another_packages_private_module():
                 modules = [a.name for a in node.names]
             else:
                 continue
-            for module in (m for m in modules if m.startswith("advjax.")):
-                parts = module.split(".")
-                private = next((i for i, p in enumerate(parts) if p.startswith("_")), None)
-                if private is None:
-                    continue
-                owner = ".".join(parts[:private])
-                if not (package == owner or package.startswith(owner + ".")):
-                    crossing.append(f"{path.relative_to(root.parent)}: {module}")
+            for module in (m for m in modules if m.startswith("advjax")):
+                yield path.relative_to(folder.parent).as_posix(), package, module
+
+
+@pytest.mark.parametrize("root", ["advjax", "advjax_train", "advjax_text"])
+def test_no_library_module_imports_another_packages_private_module(root):
+    """A module imports another package's names from its public face (`__all__`); private
+    modules (`_name`) are reached only from inside their own package or below it, and the
+    packages beside advjax build on its public names alone."""
+    crossing = []
+    for where, package, module in _imports_of(root):
+        parts = module.split(".")
+        private = next((i for i, p in enumerate(parts) if p.startswith("_")), None)
+        if private is None:
+            continue
+        owner = ".".join(parts[:private])
+        if not (package == owner or package.startswith(owner + ".")):
+            crossing.append(f"{where}: {module}")
     assert not crossing, crossing
 
 
+def test_the_core_imports_nothing_beside_it():
+    """advjax imports neither the trainers nor the text stacks; only the evaluation command's
+    `--checkpoint` loads the study's CNN from `advjax_train`, when asked to."""
+    beside = [(where, module) for where, _, module in _imports_of("advjax")
+              if module.split(".")[0] in ("advjax_train", "advjax_text")]  # fmt: skip
+    assert beside == [("advjax/cli/evaluate.py", "advjax_train"),
+                      ("advjax/cli/evaluate.py", "advjax_train.load_logits_fn")]  # fmt: skip
+
+
 def test_the_commands_sit_on_top_of_the_library():
-    """No library module imports `advjax.cli` but the three `python -m` entry points that keep
+    """No library module imports `advjax.cli` but the two `python -m` entry points that keep
     their names; the commands import no experiment."""
     import ast
     import pathlib
 
     root = pathlib.Path(advjax.__file__).parent
-    entry_points = {"evaluate.py", "gate.py", "text/score.py"}
+    entry_points = {"evaluate.py", "gate.py"}
     seen = set()
     for path in root.rglob("*.py"):
         where = path.relative_to(root).as_posix()
@@ -167,7 +191,7 @@ def test_importing_advjax_leaves_the_environment_alone():
     variable: XLA flags are set only by `advjax.backend.configure()`."""
     code = (
         "import os, json; before = dict(os.environ); "
-        "import advjax, advjax.text, advjax.text.translate, advjax.text.classify; "
+        "import advjax, advjax_text, advjax_text.translate, advjax_text.classify; "
         "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))"
     )
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -195,8 +219,8 @@ SIGNATURES = {
         ("custom", KW, None),
         ("splits", KW, ("train", "test")),
     ],
-    "advjax.model.CompactCNN.__call__": [("x", PK, EMPTY), ("train", PK, EMPTY)],
-    "advjax.model.eval_logits_fn": [("model", PK, EMPTY), ("variables", PK, EMPTY)],
+    "advjax_train.CompactCNN.__call__": [("x", PK, EMPTY), ("train", PK, EMPTY)],
+    "advjax_train.eval_logits_fn": [("model", PK, EMPTY), ("variables", PK, EMPTY)],
     "advjax.attacks.fgsm": [
         ("logits_fn", PK, EMPTY), ("x", PK, EMPTY), ("y", PK, EMPTY), ("eps", PK, EMPTY),
         ("norm", KW, "linf"),
@@ -214,7 +238,7 @@ SIGNATURES = {
     "advjax.io.load_checkpoint": [
         ("path", PK, EMPTY), ("model_class", PK, EMPTY), ("input_shape", KW, (1, 32, 32, 3)),
     ],
-    "advjax.model.load_logits_fn": [("path", PK, EMPTY)],
+    "advjax_train.load_logits_fn": [("path", PK, EMPTY)],
 }  # fmt: skip
 
 
@@ -239,12 +263,12 @@ def test_documented_signatures(name):
 
 
 def test_text_subpackages_export_objects():
-    """advjax.text's subpackages each list objects in __all__ (checked above); the text
+    """advjax_text's subpackages each list objects in __all__ (checked above); the text
     package itself re-exports the validity rule and the text records."""
-    import advjax.text
+    import advjax_text
 
-    assert "ValidityRule" in advjax.text.__all__
-    assert "TextCaseRecord" in advjax.text.__all__
+    assert "ValidityRule" in advjax_text.__all__
+    assert "TextCaseRecord" in advjax_text.__all__
 
 
 def test_the_evaluation_page_stays_short():
@@ -278,7 +302,7 @@ w = jax.random.normal(jax.random.key(0), (48, 3))
 logits_fn = lambda x: x.reshape(x.shape[0], -1) @ w
 x = np.asarray(jax.random.uniform(jax.random.key(1), (6, 4, 4, 3)))
 y = np.asarray(jnp.argmax(logits_fn(x), -1))
-result = advjax.autoattack(logits_fn, x, y, 0.1, key=jax.random.key(2),
+result = advjax.evaluation.autoattack(logits_fn, x, y, 0.1, key=jax.random.key(2),
                            members=[advjax.evaluation.Member("apgd-ce", steps=5)])
 print(sorted(m for m in sys.modules if m.split(".")[0] in STUDY_ONLY), len(result.robust))
 """

@@ -15,7 +15,9 @@ from flax import nnx
 from jax import lax
 
 import advjax
-from advjax.backend import FAST_PATH_VARIABLE, fast_path
+import advjax_train
+from advjax.backend import fast_path
+from advjax.backend._fast_path import FAST_PATH_VARIABLE
 
 FAST_LAYOUT = "b01f_01io->b01f"
 
@@ -228,13 +230,15 @@ def test_idempotent_and_opt_out(monkeypatch):
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the rewrite acts on the CPU only")
 def test_attacks_apply_it_to_the_users_model(monkeypatch):
-    """advjax.pgd on a plain NCHW model compiles with fast-layout convolutions only; with the
+    """advjax.attacks.pgd on a plain NCHW model compiles with fast-layout convolutions only; with the
     rewrite turned off it does not (the same program, the user's layouts)."""
     x = _inputs(batch=2)
     y = jnp.argmax(_nchw_plain(x), -1)
 
     def layouts():
-        program = jax.jit(lambda a, b, k: advjax.pgd(_nchw_plain, a, b, 8 / 255, key=k, steps=2))
+        program = jax.jit(
+            lambda a, b, k: advjax.attacks.pgd(_nchw_plain, a, b, 8 / 255, key=k, steps=2)
+        )
         text = program.lower(x, y, jax.random.key(0)).compile().as_text()
         return set(re.findall(r"dim_labels=([^,\s]+)", text))
 
@@ -246,13 +250,13 @@ def test_attacks_apply_it_to_the_users_model(monkeypatch):
 def test_attack_results_unchanged_on_a_model_already_in_the_fast_layout():
     """On advjax's own CNN (custom VJPs, NHWC) PGD gives the same points with and without the
     rewrite."""
-    model = advjax.CompactCNN()
+    model = advjax_train.CompactCNN()
     x = _inputs(batch=3)
     x32 = jnp.asarray(np.asarray(jax.image.resize(x, (3, 32, 32, 3), "nearest")))
     variables = model.init(jax.random.key(0), x32, train=False)
-    logits_fn = advjax.eval_logits_fn(model, variables)
+    logits_fn = advjax_train.eval_logits_fn(model, variables)
     y = jnp.argmax(logits_fn(x32), -1)
-    run = lambda: advjax.pgd(logits_fn, x32, y, 8 / 255, key=jax.random.key(1), steps=3)  # noqa: E731
+    run = lambda: advjax.attacks.pgd(logits_fn, x32, y, 8 / 255, key=jax.random.key(1), steps=3)  # noqa: E731
     fast = run()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(FAST_PATH_VARIABLE, "0")

@@ -10,7 +10,7 @@ import jaxlib
 import numpy as np
 import pytest
 
-from advjax.backend import MEASURED_JAXLIB
+from advjax.backend._flags import MEASURED_JAXLIB
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)

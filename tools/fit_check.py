@@ -2,7 +2,7 @@
 `python -m tools.fit_check --study results/cifar10/robust_cnn`.
 
 For each model of a study run, clean and PGD accuracy at 8/255 (PGD-10, steps of eps/4, one
-random start: the validation attack of the training loop, `advjax.train.pgd_accuracy`) on
+random start: the validation attack of the training loop, `advjax_train.pgd_accuracy`) on
 --n images drawn from the model's own training images and on --n validation images, both
 without augmentation and in eval mode. Robust accuracy on the training images close to the
 validation one means the model underfits the adversarial training objective; a large gap is
@@ -25,9 +25,8 @@ from advjax.data import load_cifar10, study_splits
 from advjax.evaluation import parse_eps
 from advjax.evaluation.stats import format_rate, rate
 from advjax.io import environment, load_checkpoint
-from advjax.model import CompactCNN
 from advjax.records import atomic_write_json
-from advjax.train import pgd_accuracy, subset_indices
+from advjax_train import CompactCNN, pgd_accuracy, subset_indices
 from experiments.cifar_robustness.study import model_train_indices
 from experiments.cli import hold_output_folder, run_command
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from advjax.io import environment, read_checkpoint
 from advjax.records import atomic_write_json, atomic_write_text
-from advjax.train import read_fit_history
+from advjax_train import read_fit_history
 from experiments import plots
 from experiments.cifar_robustness.config import profile
 from experiments.cifar_robustness.study import progress_path

@@ -25,7 +25,7 @@ from advjax import backend
 from advjax.data import load_cifar10, study_splits
 from advjax.io import environment
 from advjax.records import atomic_write_json
-from advjax.train import Batch, evaluate, fit
+from advjax_train import Batch, evaluate, fit
 from experiments.cifar_robustness.config import StudyConfig
 from experiments.cifar_robustness.model_specs import STANDARD
 from experiments.cifar_robustness.study import train_config

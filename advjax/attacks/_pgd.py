@@ -14,15 +14,11 @@ from advjax.attacks import _norms as norms
 from advjax.attacks._attack import Attack, BatchRun, per_case
 from advjax.attacks._checks import _check_inputs, _is_concrete, check_budget, check_labels
 from advjax.attacks._iterative import (
-    IterateState,
     SearchResult,
     StepRule,
-    finish,
     loss_and_grad,
     one_restart,
-    run_steps,
     search,
-    start,
 )
 from advjax.backend import fast_path
 from advjax.types import Array, ArrayLike, LogitsFn
@@ -78,46 +74,6 @@ def fgsm(
         raise ValueError("logits_fn returned NaN or infinite logits on the clean inputs x")
     chex.assert_equal_shape((grad, x))
     return jnp.clip(x + eps * norms.ascent_direction(grad, norm), 0.0, 1.0)
-
-
-def pgd_start(x: Array, eps, key: jax.Array, norm: str = "linf") -> IterateState:
-    """A PGD restart's state at its uniform random start in the eps-ball (clipped to [0, 1]).
-
-    `key` is one key or one key per example (see `restart_keys`).
-    """
-    return start(PGD_RULE, x, eps, key, norm)
-
-
-def pgd_steps(
-    logits_fn: LogitsFn,
-    state: IterateState,
-    x: Array,
-    y: Array,
-    eps,
-    step_size,
-    lo,
-    hi,
-    *,
-    norm: str = "linf",
-    loss: str = "ce",
-    targeted: bool = False,
-) -> IterateState:
-    """PGD steps lo..hi-1 of a restart: evaluate and track the iterate, then step and project.
-
-    Running steps [0, k) then [k, n) gives the same state as [0, n) at once, so a caller
-    can stop spending steps on examples that are already broken (their outcome is final).
-    `y` holds the targets when `targeted`.
-    """
-    return run_steps(PGD_RULE, logits_fn, state, x, y, eps, step_size, lo, hi, norm=norm,
-                     loss=loss, targeted=targeted)  # fmt: skip
-
-
-def pgd_finish(
-    logits_fn: LogitsFn, state: IterateState, y: Array, steps, *, loss: str = "ce",
-    targeted: bool = False,
-) -> IterateState:  # fmt: skip
-    """Evaluate and track the last iterate of a restart, reached after `steps` steps."""
-    return finish(logits_fn, state, y, steps, loss=loss, targeted=targeted)
 
 
 def pgd_search(

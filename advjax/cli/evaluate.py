@@ -171,7 +171,7 @@ def start_processes(args) -> None:
 def load_logits_fn(args):
     """(logits_fn, name, model hash) of --checkpoint or --model."""
     if args.checkpoint:
-        from advjax.model import load_logits_fn
+        from advjax_train import load_logits_fn
 
         path = Path(args.checkpoint)
         logits_fn, digest = load_logits_fn(path)

@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def gate(args) -> int:
     from advjax.evaluation import decide
-    from advjax.evaluation.gate import EXIT_CODES, format_decision, load_policy
+    from advjax.evaluation.gate import format_decision, load_policy
     from advjax.evaluation.summary import read_run_summary
 
     policy, policy_hash = load_policy(args.policy)
@@ -46,4 +46,4 @@ def gate(args) -> int:
         f"(threat model {run['threat_model_hash']})"
         + (f"; baseline {args.baseline}" if args.baseline else "")
     )
-    return EXIT_CODES[decision.verdict]
+    return decision.exit_code

@@ -27,7 +27,6 @@ from advjax.evaluation._attack_spec import (
     AttackSpec,
 )
 from advjax.evaluation._autoattack import (
-    VERSIONS,
     AutoAttackResult,
     Member,
     autoattack,
@@ -35,7 +34,6 @@ from advjax.evaluation._autoattack import (
 from advjax.evaluation._autoattack_records import (
     AUTOATTACK,
     AutoAttackConfig,
-    autoattack_records,
     run_autoattack,
 )
 from advjax.evaluation._campaign import (
@@ -52,27 +50,21 @@ from advjax.evaluation._sanity import (
     Check,
     run_checks,
 )
-from advjax.evaluation._scoring import (
-    records_from_arrays,
-)
 from advjax.evaluation._summary import (
     run_summary,
 )
 from advjax.evaluation._threat_model import (
-    UNTARGETED,
     ThreatModel,
     format_eps,
     parse_eps,
-    require_threat_model,
 )
 
 __all__ = [
-    "AutoAttackConfig",
     "aggregate_records",
     "AttackSpec",
-    "AUTOATTACK",
     "autoattack",
-    "autoattack_records",
+    "AUTOATTACK",
+    "AutoAttackConfig",
     "AutoAttackResult",
     "Check",
     "decide",
@@ -81,15 +73,11 @@ __all__ = [
     "group_records",
     "Member",
     "parse_eps",
-    "records_from_arrays",
     "replay_record",
-    "require_threat_model",
     "run_attack",
     "run_autoattack",
     "run_checks",
     "run_evaluation",
     "run_summary",
     "ThreatModel",
-    "UNTARGETED",
-    "VERSIONS",
 ]

@@ -283,7 +283,7 @@ def autoattack(
         all before any attack runs.
 
     Example:
-      >>> result = advjax.autoattack(logits_fn, x, y, 8 / 255, key=jax.random.key(0))
+      >>> result = advjax.evaluation.autoattack(logits_fn, x, y, 8 / 255, key=jax.random.key(0))
       >>> result.robust.mean(), result.robust_accuracy[-1]["ci95"]
     """
     fast = version == "fast" and members is None

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.attacks import check_budget, per_example_cross_entropy, perturbation_norm
+from advjax.attacks import attack_loss, check_budget, perturbation_norm
 from advjax.evaluation._sanity import Check
 
 PROBE = 32  # cases probed for randomness, probabilities and gradients
@@ -96,7 +96,7 @@ def probe_checks(logits_fn, x, y, *, random_model: bool) -> list[Check]:
             else "outputs are not probability rows",
         )  # fmt: skip
     )
-    grad = jax.grad(lambda z: per_example_cross_entropy(fn(z), labels).sum())(probe)
+    grad = jax.grad(lambda z: attack_loss("ce")(fn(z), labels).sum())(probe)
     zero = float(np.mean(np.all(np.asarray(grad).reshape(len(labels), -1) == 0, axis=1)))
     checks.append(
         Check(

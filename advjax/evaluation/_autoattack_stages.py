@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax._jit_argument import as_jit_argument
-from advjax.attacks import ATTACKS, per_example_cross_entropy
+from advjax.attacks import ATTACKS, attack_loss
 from advjax.evaluation._engine import Outcome, RunResult, attack_stages, padded_batches
 
 JUDGE_DRAWS = 20  # a random model's verdict: the mean logits over this many fresh draws
@@ -63,7 +63,7 @@ def _run_program(member, norm, random_model, logits_fn, x, y, eps, keys, target,
     x_adv, spent = r.x_adv, r.queries * member.eot
     logits = judge(x_adv)
     queries = jnp.broadcast_to(jnp.asarray(spent, jnp.int32), y.shape)
-    return x_adv, jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y), queries
+    return x_adv, jnp.argmax(logits, axis=-1), attack_loss("ce")(logits, y), queries
 
 
 PADDING_SLACK = 0.125

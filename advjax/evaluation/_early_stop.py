@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax._jit_argument import as_jit_argument
-from advjax.attacks import ATTACKS, IterateState, per_example_cross_entropy, restart_keys
+from advjax.attacks import ATTACKS, IterateState, attack_loss, restart_keys
 from advjax.evaluation._attack_spec import AttackSpec
 from advjax.evaluation._engine import RunResult, attack_stages, padded_batches
 from advjax.io import Progress
@@ -67,7 +67,7 @@ def _search(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, keys, restart):
     spent = jnp.zeros(y.shape, jnp.int32)
     for t in range(spec.targets):
         r = info.run(craft_fn, x, y, eps, target=t, **common)
-        untargeted = per_example_cross_entropy(craft_fn(r.x_adv), y)
+        untargeted = attack_loss("ce")(craft_fn(r.x_adv), y)
         first = (broken < 0) & (r.broken >= 0)
         keep = first | ((broken < 0) & (r.broken < 0) & (untargeted > best_loss))
         x_adv = jnp.where(keep[:, None, None, None], r.x_adv, x_adv)
@@ -79,7 +79,7 @@ def _search(craft_fn: LogitsFn, spec: AttackSpec, x, y, eps, keys, restart):
 
 def _target_outcome(logits_fn, x_adv, y):
     logits = logits_fn(x_adv)
-    return jnp.argmax(logits, axis=-1), per_example_cross_entropy(logits, y)
+    return jnp.argmax(logits, axis=-1), attack_loss("ce")(logits, y)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 7))

@@ -5,7 +5,7 @@ Usage::
     python -m advjax.gate --policy policy.json --run summary.json [--baseline base.json]
 
 prints ALLOW, HOLD or ROLLBACK followed by every rule with its verdict and numbers, and
-exits 0 for allow, 1 for hold, 3 for rollback (`EXIT_CODES`), 2 for a missing or
+exits 0 for allow, 1 for hold, 3 for rollback (`Decision.exit_code`), 2 for a missing or
 unreadable file, a malformed policy or a run summary that does not follow
 `advjax.evaluation.run_summary`'s schema.
 
@@ -86,6 +86,11 @@ class Decision(NamedTuple):
         if any(r.rule == "rollback_below" and not r.passed for r in self.reasons):
             return "ROLLBACK"
         return "ALLOW" if self.allow else "HOLD"
+
+    @property
+    def exit_code(self) -> int:
+        """The gate commands' exit status: 0 allow, 1 hold, 3 rollback (2 is bad input)."""
+        return EXIT_CODES[self.verdict]
 
 
 def _fraction(name: str, value: Any) -> float:

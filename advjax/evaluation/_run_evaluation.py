@@ -13,6 +13,7 @@ import numpy as np
 
 from advjax.data import EvalCases
 from advjax.evaluation._aggregate import aggregate_records
+from advjax.evaluation._attack_times import add_attack_time, untimed_records
 from advjax.evaluation._autoattack import FAST, Member, eps_zero_check
 from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
 from advjax.evaluation._autoattack_records import (
@@ -25,7 +26,7 @@ from advjax.evaluation._autoattack_records import (
     run_autoattack,
 )
 from advjax.evaluation._autoattack_report import cumulative_rows, write_report
-from advjax.evaluation._gate import EXIT_CODES, decide, format_decision, load_policy
+from advjax.evaluation._gate import decide, format_decision, load_policy
 from advjax.evaluation._processes import (
     process_folder,
     process_record_files,
@@ -34,7 +35,7 @@ from advjax.evaluation._processes import (
 )
 from advjax.evaluation._sanity import check_finite_loss, check_perturbations
 from advjax.evaluation._summary import run_summary
-from advjax.io import OutputLock, Progress, add_attack_time, environment, untimed_records
+from advjax.io import OutputLock, Progress, environment
 from advjax.records import (
     ProcessRecordLog,
     RecordLog,
@@ -204,7 +205,7 @@ def run_evaluation(
                 format_decision(decision) + f"\n  policy {policy} (sha256 {policy_hash})\n"
             )
             atomic_write_text(out / GATE_FILE, decision_text)
-            verdict, code = decision.verdict, EXIT_CODES[decision.verdict]
+            verdict, code = decision.verdict, decision.exit_code
         write_report(out / REPORT_FILE, summary, groups, judged, model, decision_text)
     final = next(g for g in groups if g["attack"] == AUTOATTACK)
     ra = final["robust_accuracy"]

@@ -4,10 +4,8 @@ returns a `Decision`) and its exit codes; `python -m advjax.gate` is its command
 """
 
 from advjax.evaluation._gate import (
-    EXIT_CODES,
     Decision,
     PolicyError,
-    Reason,
     format_decision,
     load_policy,
     parse_policy,
@@ -15,10 +13,8 @@ from advjax.evaluation._gate import (
 
 __all__ = [
     "Decision",
-    "EXIT_CODES",
     "format_decision",
     "load_policy",
     "parse_policy",
     "PolicyError",
-    "Reason",
 ]

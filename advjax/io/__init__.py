@@ -2,12 +2,6 @@
 an output folder's attack times, progress, and the provenance of a result. The records
 themselves and the atomic writes are `advjax.records`."""
 
-from advjax.io._attack_times import (
-    ATTACK_TIME_FILE,
-    add_attack_time,
-    read_attack_times,
-    untimed_records,
-)
 from advjax.io._checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -29,10 +23,6 @@ from advjax.io._provenance import (
 )
 
 __all__ = [
-    "add_attack_time",
-    "ATTACK_TIME_FILE",
-    "read_attack_times",
-    "untimed_records",
     "CheckpointError",
     "environment",
     "git_state",

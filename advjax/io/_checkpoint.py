@@ -245,7 +245,7 @@ def load_checkpoint(
         (each offending variable path is named with both shapes and dtypes).
 
     Example:
-      >>> from advjax.model import CompactCNN, eval_logits_fn
+      >>> from advjax_train import CompactCNN, eval_logits_fn
       >>> model, variables = load_checkpoint("results/.../standard.msgpack", CompactCNN)
       >>> logits_fn = eval_logits_fn(model, variables)
     """

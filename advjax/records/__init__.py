@@ -17,7 +17,9 @@ from advjax.records._case_record import (
     CaseRecord,
     classify_status,
 )
-from advjax.records._record_codec import read_lines
+from advjax.records._record_codec import (
+    read_lines,
+)
 from advjax.records._record_log import (
     REPAIR_FLAG,
     ProcessRecordLog,
@@ -47,8 +49,8 @@ __all__ = [
     "RecordError",
     "RecordLog",
     "RecordRepair",
-    "repair_records",
     "REPAIR_FLAG",
+    "repair_records",
     "ROBUST_STATUSES",
     "STATUSES",
 ]

@@ -5,7 +5,7 @@ import dataclasses
 import hashlib
 import json
 
-from advjax.attacks import check_eps
+from advjax.attacks import check_budget
 from experiments.cifar_robustness.model_specs import (
     FGSM_MATCHED,
     FGSM_REFERENCE,
@@ -89,8 +89,8 @@ class StudyConfig:
         if self.eval_size % 10:
             raise ValueError(f"eval_size={self.eval_size} must be a multiple of the 10 classes")
         for i, eps in enumerate(self.eps_list):
-            check_eps(eps, f"eps_list[{i}]")
-        check_eps(self.train_eps, "train_eps")
+            check_budget(eps, name=f"eps_list[{i}]")
+        check_budget(self.train_eps, name="train_eps")
         for spec in self.models:
             if spec.full_split:
                 if spec.train_size > TRAIN_SPLIT_SIZE - self.val_size:
@@ -105,8 +105,8 @@ class StudyConfig:
         if not 0 < self.pgd_step_fraction <= 1:
             raise ValueError(f"pgd_step_fraction={self.pgd_step_fraction} must be in (0, 1]")
         for i, eps in enumerate(self.budget_eps):
-            check_eps(eps, f"budget_eps[{i}]")
-        check_eps(self.large_eps, "large_eps")
+            check_budget(eps, name=f"budget_eps[{i}]")
+        check_budget(self.large_eps, name="large_eps")
         if self.budget_cases is not None:
             check_positive("budget_cases", self.budget_cases)
             if self.budget_cases % 10:

@@ -6,10 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.attacks import pgd_start
+from advjax.attacks import ATTACKS
 from advjax.evaluation import AttackSpec, format_eps
 from advjax.evaluation.engine import make_program
-from advjax.model import CompactCNN, eval_logits_fn
+from advjax_train import CompactCNN, eval_logits_fn
 from experiments.cifar_robustness.config import StudyConfig
 from experiments.cifar_robustness.evaluation import attack_specs, spec_cases, study_threat_model
 
@@ -49,7 +49,7 @@ def seconds_per_query(batch_size: int, steps: int = 4, repeats: int = 2) -> floa
     program = make_program(eval_logits_fn(model, variables), spec)
     y = jnp.zeros(batch_size, jnp.int32)
     eps = jnp.float32(8 / 255)
-    state = pgd_start(x, eps, jax.random.key(2))
+    state = ATTACKS["pgd"].rule.start(x, eps, jax.random.key(2))
     jax.block_until_ready(program.steps(state, x, y, eps, 0, steps))  # compile
     started = time.perf_counter()
     for _ in range(repeats):

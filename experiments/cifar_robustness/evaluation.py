@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import Partial
 
-from advjax.attacks import per_example_cross_entropy
+from advjax.attacks import attack_loss
 from advjax.evaluation import (
     AttackSpec,
     Check,
@@ -31,8 +31,8 @@ from advjax.evaluation import (
 from advjax.evaluation import _metrics as metrics
 from advjax.evaluation.checks import zero_gradient_fraction
 from advjax.evaluation.gate import format_decision, load_policy
-from advjax.model import load_logits_fn
 from advjax.records import CaseRecord, RecordLog, atomic_write_json, atomic_write_npz
+from advjax_train import load_logits_fn
 from experiments.cifar_robustness.config import StudyConfig
 from experiments.cifar_robustness.replay_evidence import replay_examples
 
@@ -115,7 +115,7 @@ def spec_cases(config: StudyConfig, spec: AttackSpec, y: np.ndarray) -> np.ndarr
 @jax.jit
 def _input_gradient(logits_fn, x, y):
     """The input gradient of the summed cross-entropy (logits_fn: an `eval_logits_fn`)."""
-    return jax.grad(lambda z: per_example_cross_entropy(logits_fn(z), y).sum())(x)
+    return jax.grad(lambda z: attack_loss("ce")(logits_fn(z), y).sum())(x)
 
 
 def start_point_zero_gradients(logits_fn, x, y, batch_size: int = 250) -> float:

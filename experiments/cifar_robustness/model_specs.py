@@ -23,7 +23,7 @@ class ModelSpec:
     """One model of the study: how it is trained and on how much data."""
 
     name: str
-    mode: str  # a training mode of advjax.train: standard, fgsm, fgsm_rs, pgd, trades
+    mode: str  # a training mode of advjax_train: standard, fgsm, fgsm_rs, pgd, trades
     train_size: int
     epochs: int
     label: str
@@ -34,10 +34,10 @@ class ModelSpec:
     augment_pad: int | None = None  # random-crop padding; None: 4 (0: flip only)
     init_from: "ModelSpec | None" = None  # fine-tune: start from this model's trained weights
     learning_rate: float | None = None  # None: the study's
-    adv_steps: int | None = None  # None: the mode's default (advjax.train.ADV_DEFAULTS)
-    activation: str | None = None  # None: ReLU (advjax.model.ACTIVATIONS)
+    adv_steps: int | None = None  # None: the mode's default (advjax_train.ADV_DEFAULTS)
+    activation: str | None = None  # None: ReLU (advjax_train.ACTIVATIONS)
     width: int | None = None  # None: the study's CNN (1); 2 doubles every layer's channels
-    ema_decay: float | None = None  # None: no weight averaging (advjax.train.TrainConfig)
+    ema_decay: float | None = None  # None: no weight averaging (advjax_train.TrainConfig)
     weight_decay: float | None = None  # None: the study's (AdamW's decoupled decay)
     batch_size: int | None = None  # None: the study's
 

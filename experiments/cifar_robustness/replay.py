@@ -28,9 +28,8 @@ from advjax.evaluation import (
     parse_eps,
     replay_record,
 )
-from advjax.model import load_logits_fn
 from advjax.records import CaseRecord, read_records, record_file
-from advjax.train import to_float
+from advjax_train import load_logits_fn, to_float
 from experiments.cifar_robustness.replay_evidence import logit_margins, replay_check
 
 

@@ -5,7 +5,7 @@ check that every record makes the decision the stored one made (`replay_reproduc
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.attacks import per_example_margin
+from advjax.attacks import attack_loss
 from advjax.evaluation import Check, format_eps
 from advjax.evaluation.engine import ListLog, attack_group, make_program
 
@@ -62,10 +62,10 @@ true-class logit is within this fraction of its logit range of the largest other
 
 def logit_margins(logits, labels) -> np.ndarray:
     """Per case (true-class logit - largest other logit) / (largest - smallest logit): minus
-    `advjax.attacks.per_example_margin`, in units of the case's logit range."""
+    `advjax.attacks.attack_loss("margin")`, in units of the case's logit range."""
     logits, labels = jnp.asarray(logits), jnp.asarray(labels)
     spread = jnp.maximum(logits.max(axis=1) - logits.min(axis=1), 1e-12)
-    return np.asarray(-per_example_margin(logits, labels) / spread)
+    return np.asarray(-attack_loss("margin")(logits, labels) / spread)
 
 
 def replay_check(replayed, stored, where: str, margins=None) -> Check:

@@ -39,9 +39,8 @@ from advjax.evaluation import (
 from advjax.evaluation.checks import check_finite_loss, check_perturbations
 from advjax.evaluation.stats import format_rate, rate
 from advjax.io import environment
-from advjax.model import load_logits_fn
 from advjax.records import RecordLog, atomic_write_json, atomic_write_text, record_file
-from advjax.train import to_float
+from advjax_train import load_logits_fn, to_float
 from experiments.cifar_robustness.report import checks_table
 from experiments.cli import add_repair_flag, hold_output_folder, run_command
 

@@ -10,15 +10,15 @@ import numpy as np
 
 from advjax.data import Cifar10, fingerprint, load_cifar10, stratified_indices, study_splits
 from advjax.io import environment, git_state, read_checkpoint, save_checkpoint
-from advjax.model import load_logits_fn
 from advjax.records import RecordLog, atomic_write_json, atomic_write_npz, record_file
-from advjax.train import (
+from advjax_train import (
     Batch,
     SentinelConfig,
     TrainConfig,
     create_train_state,
     fit,
     load_fit_progress,
+    load_logits_fn,
     make_model,
     save_fit_progress,
     to_float,

@@ -7,7 +7,7 @@
 Starting from the trained clean model in <out>/models/, each run fine-tunes it for
 `--epochs` epochs with one objective: "nll" (plain NLL, the baseline that sees the same
 extra training) or "<attack>-<alpha>" ((1 - alpha) NLL(x) + alpha NLL(x_adv), x_adv drawn
-on the fly among the top-3 first-order candidates, see `advjax.text.translate`).
+on the fly among the top-3 first-order candidates, see `advjax_text.translate`).
 Every model is then scored on clean test BLEU / chrF and attacked with the unconstrained
 and CharSwap attacks (exact re-scoring of the top 5); results go to
 <out>/adv_training/{results.json,tables.md,records.jsonl.gz,run.json}.
@@ -37,8 +37,8 @@ from advjax.records import (
     read_lines,
     record_file,
 )
-from advjax.text.data import load_parallel, resolve_multi30k_dir
-from advjax.text.translate import fit, make_adv_train_step, word_mask
+from advjax_text.data import load_parallel, resolve_multi30k_dir
+from advjax_text.translate import fit, make_adv_train_step, word_mask
 from experiments.cli import results_folder
 from experiments.seq2seq_robustness.attacks import attack_model, summarize_records
 from experiments.seq2seq_robustness.main import profile
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict:
 def step_cost(base, tune, train_ids, mask, *, steps: int = 10) -> dict:
     """Seconds per step of the NLL step and of each adversarial step on the same batches,
     measured interleaved after compilation (robust to the machine's other load)."""
-    from advjax.text.translate import batches, create_train_state, train_step
+    from advjax_text.translate import batches, create_train_state, train_step
 
     state = create_train_state(jax.random.key(0), base.config, tune).replace(params=base.params)
     data = [b for b in batches(*train_ids, batch_size=tune.batch_size, max_len=tune.max_len)

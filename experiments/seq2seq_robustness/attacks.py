@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.text.translate import (
+from advjax_text.translate import (
     SETTINGS,
     PairScore,
     build_model,
@@ -29,7 +29,7 @@ from advjax.text.translate import (
     translate,
     word_mask,
 )
-from advjax.text.translate import model_logits_fn as attack_logits_fn
+from advjax_text.translate import model_logits_fn as attack_logits_fn
 from experiments.seq2seq_robustness.models import Loaded
 
 RECORD_STATUSES = ("success", "failed", "no_candidate", "invalid")
@@ -226,7 +226,7 @@ def scores_dict(s: PairScore) -> dict:
 
 
 def summarize_records(records: Sequence[dict], metric: str = "chrf") -> dict:
-    """`advjax.text.translate.summarize` over records (every case, as the paper averages),
+    """`advjax_text.translate.summarize` over records (every case, as the paper averages),
     plus the status counts."""
     scores = [PairScore(r[metric]["s_src"], r[metric]["s_tgt"], r[metric]["s_tgt_adv"], r[metric]["d_tgt"])
               for r in records]  # fmt: skip

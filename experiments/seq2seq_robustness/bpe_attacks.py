@@ -1,7 +1,7 @@
 """The three one-word attacks on a subword (BPE) translation model, with per-case records.
 
 A word is a space-separated token of the original sentence; every attack changes one word.
-Candidates come from `advjax.text.translate` (first-order scores over the word's
+Candidates come from `advjax_text.translate` (first-order scores over the word's
 pieces), the `top_k` of each setting are re-segmented, padded to a length bucket and
 re-scored exactly in one forward pass, and the best exact loss wins. Candidate words of
 "unconstrained" and "knn" are the alphabetic words of the training data's word vocabulary
@@ -22,9 +22,10 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from advjax.text.data import load_parallel
-from advjax.text.tokenize import BPE, PAD, UNK, Vocab, build_vocab, merge_pieces
-from advjax.text.translate import (
+from advjax.types import ArrayLike
+from advjax_text.data import load_parallel
+from advjax_text.tokenize import BPE, PAD, UNK, Vocab, build_vocab, merge_pieces
+from advjax_text.translate import (
     SETTINGS,
     SeqLogitsFn,
     SubwordBatch,
@@ -42,7 +43,6 @@ from advjax.text.translate import (
     translate,
     word_starts,
 )
-from advjax.types import ArrayLike
 from experiments.seq2seq_robustness.attacks import case_record, model_logits_fn
 from experiments.seq2seq_robustness.models import Loaded, ModelSpec
 

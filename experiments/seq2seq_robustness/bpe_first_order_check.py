@@ -5,7 +5,7 @@
 For the first `n` test sentences of the fr-en BPE model, every allowed kNN and CharSwap
 substitution is re-scored exactly; for each ranking rule the best exact gain among its
 `top_k` candidates is compared with the brute-force best. Rules: "surrogate" (the attack's
-rule, `advjax.text.translate`), "mean_difference" ((mean new-piece embedding -
+rule, `advjax_text.translate`), "mean_difference" ((mean new-piece embedding -
 mean old-piece embedding) . summed word gradient) and "random". Writes
 first_order_check.json into `out` (default results/seq2seq/bpe).
 """
@@ -22,8 +22,8 @@ import numpy as np
 
 from advjax import backend
 from advjax.records import atomic_write_json
-from advjax.text.data import load_parallel, resolve_multi30k_dir
-from advjax.text.translate import (
+from advjax_text.data import load_parallel, resolve_multi30k_dir
+from advjax_text.translate import (
     bucket_length,
     exact_losses,
     fit_words,

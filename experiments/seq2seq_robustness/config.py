@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from advjax.text.translate import SETTINGS, TrainConfig
+from advjax_text.translate import SETTINGS, TrainConfig
 from experiments.overrides import check_choice, check_choices, check_int, check_real
 from experiments.seq2seq_robustness.models import (
     ARCHS,

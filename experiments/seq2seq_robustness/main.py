@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from advjax import backend
-from advjax.text.data import resolve_multi30k_dir
+from advjax_text.data import resolve_multi30k_dir
 from experiments.cli import hold_output_folder, run_command
 from experiments.overrides import add_set_flag, apply_overrides
 from experiments.seq2seq_robustness.config import profile

@@ -20,9 +20,9 @@ from flax import serialization
 
 from advjax.io import environment
 from advjax.records import atomic_write_bytes, atomic_write_json, atomic_write_text
-from advjax.text.data import Parallel, load_parallel
-from advjax.text.tokenize import BPE, Vocab, build_vocab, learn_bpe, merge_pieces, word_counts
-from advjax.text.translate import (
+from advjax_text.data import Parallel, load_parallel
+from advjax_text.tokenize import BPE, Vocab, build_vocab, learn_bpe, merge_pieces, word_counts
+from advjax_text.translate import (
     LSTMConfig,
     ModelConfig,
     TrainConfig,
@@ -189,7 +189,7 @@ def evaluate_translation(
 ) -> dict:
     """Translations of a split and their corpus BLEU and chrF (tokenised, lowercased):
     greedy by default, beam search of width `beam_size` (length exponent `alpha`, see
-    `advjax.text.translate`) when given.
+    `advjax_text.translate`) when given.
 
     Returns {"bleu", "chrf", "n", "hypotheses", "references", "mean_sentence_chrf",
     "decoding"} with space-joined sentences.

@@ -15,8 +15,8 @@ from advjax.records import (
     read_lines,
     record_file,
 )
-from advjax.text.data import load_parallel
-from advjax.text.translate import SETTINGS
+from advjax_text.data import load_parallel
+from advjax_text.translate import SETTINGS
 from experiments.cli import results_folder
 from experiments.seq2seq_robustness.attacks import attack_model, summarize_records
 from experiments.seq2seq_robustness.bpe_attacks import attack_bpe_model, training_word_vocab

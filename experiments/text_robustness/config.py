@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from advjax.text.classify import FAMILIES, ClassifierConfig
+from advjax_text.classify import FAMILIES, ClassifierConfig
 from experiments.overrides import check_choices, check_int, check_real
 
 ATTACKS = ("textfooler", "char")

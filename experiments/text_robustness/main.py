@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from advjax import backend
-from advjax.text.data import TEXT_DIR_ENV
+from advjax_text.data import TEXT_DIR_ENV
 from experiments.cli import hold_output_folder, run_command
 from experiments.overrides import add_set_flag, apply_overrides
 from experiments.text_robustness.config import PROFILES, profile

@@ -15,8 +15,8 @@ import numpy as np
 
 from advjax.evaluation.stats import rate
 from advjax.io import Progress
-from advjax.text import TextCaseRecord, ValidityRule, check_validity, make_record
-from advjax.text.classify import (
+from advjax_text import TextCaseRecord, ValidityRule, check_validity, make_record
+from advjax_text.classify import (
     STOPWORDS,
     char_attack,
     char_edits,
@@ -29,7 +29,7 @@ from advjax.text.classify import (
     train_classifier,
     word_candidates,
 )
-from advjax.text.data import (
+from advjax_text.data import (
     load_advglue_sst2,
     load_antonyms,
     load_mr,
@@ -37,7 +37,7 @@ from advjax.text.data import (
     load_sst2,
     resolve_text_dir,
 )
-from advjax.text.tokenize import CLASSIFIER_SPECIALS, Vocab, build_vocab, tokenize
+from advjax_text.tokenize import CLASSIFIER_SPECIALS, Vocab, build_vocab, tokenize
 from experiments.text_robustness.config import TextStudyConfig
 
 MODELS = ("standard", "augmented")

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 from advjax.evaluation import Check, ThreatModel, run_summary
 from advjax.evaluation.stats import format_rate
-from advjax.text import TextCaseRecord, derive_record, gate_group, summarise
+from advjax_text import TextCaseRecord, derive_record, gate_group, summarise
 
 
 def point_name(attack: str, max_queries: int) -> str:

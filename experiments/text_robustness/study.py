@@ -10,8 +10,8 @@ from advjax.evaluation.gate import format_decision, load_policy
 from advjax.evaluation.stats import format_rate, rate
 from advjax.io import environment
 from advjax.records import atomic_write_json, atomic_write_lines, atomic_write_text
-from advjax.text import ValidityRule
-from advjax.text.classify import predict_logits
+from advjax_text import ValidityRule
+from advjax_text.classify import predict_logits
 from experiments.cli import results_folder
 from experiments.plots import save_figure
 from experiments.text_robustness import pipeline as tp

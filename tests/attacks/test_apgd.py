@@ -15,17 +15,14 @@ import numpy as np
 import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
-from advjax.attacks import (
-    SearchResult,
-    apgd,
-    apgd_targeted,
+from advjax.attacks import SearchResult, apgd, apgd_targeted, pgd_search
+from advjax.attacks import _apgd as apgd_module
+from advjax.attacks._losses import (
     per_example_cross_entropy,
     per_example_dlr,
     per_example_targeted_dlr,
-    pgd_search,
 )
-from advjax.attacks import _apgd as apgd_module
-from advjax.model import eval_logits_fn
+from advjax_train import eval_logits_fn
 
 EPS = 8 / 255
 TOL = 1e-6

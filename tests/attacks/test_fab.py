@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from conftest import linear_boundary_case, tanh_mlp, tanh_mlp_batch
 
-from advjax.attacks import fab, projection_l2, projection_linf
+from advjax.attacks import fab
+from advjax.attacks._fab_projection import projection_l2, projection_linf
 
 _MLP = tanh_mlp()
 

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from advjax.attacks import apgd, apgd_targeted, fab, fgsm, pgd, square_linf
+from advjax.attacks import apgd, apgd_targeted, fab, fgsm, pgd
+from advjax.attacks._square import square_linf
 
 W = jax.random.normal(jax.random.key(0), (4 * 4 * 3, 10)) * 0.1
 

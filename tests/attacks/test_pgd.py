@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 from conftest import linear_weights, make_linear_batch, make_linear_logits_fn, numpy_ce_and_grad
 
-from advjax.attacks import SearchResult, fgsm, per_example_cross_entropy, pgd, pgd_search
+from advjax.attacks import SearchResult, fgsm, pgd, pgd_search
 from advjax.attacks import _pgd as attacks
 from advjax.attacks._iterative import restart_keys
 from advjax.attacks._iterative import single_restart as single
-from advjax.model import eval_logits_fn
+from advjax.attacks._losses import per_example_cross_entropy
+from advjax_train import eval_logits_fn
 
 EPS = 8 / 255
 TOL = 1e-6
@@ -140,11 +141,11 @@ class AttackVariantsTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_pgd_search_matches_a_numpy_transcription(self):
         """pgd_search's x_adv, broken steps and loss equal NumPy PGD from the same random
-        starts (`pgd_start` with each restart's key)."""
+        starts (the PGD rule's start with each restart's key)."""
         logits_fn, x, y = _linear_setup()
         eps = 0.04
         starts = [
-            np.asarray(attacks.pgd_start(jnp.asarray(x), eps, k).x_adv)
+            np.asarray(attacks.PGD_RULE.start(jnp.asarray(x), eps, k).x_adv)
             for k in restart_keys(KEY, 2)
         ]
         w, b = linear_weights(logits_fn)

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from advjax.attacks import ATTACKS, Attack, get_attack, perturbation_norm, stream_of
-from advjax.attacks._attack import STREAMS
+from advjax.attacks import ATTACKS, Attack, get_attack, perturbation_norm
+from advjax.attacks._attack import STREAMS, stream_of
 from advjax.attacks._registry import registry
 from advjax.evaluation import AttackSpec, Member, autoattack
 from tests.conftest import make_linear_batch, make_linear_logits_fn

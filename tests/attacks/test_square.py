@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
-from advjax.attacks import SquareResult, p_schedule, per_example_margin, square_linf, square_sides
-from advjax.model import eval_logits_fn
+from advjax.attacks import SquareResult
+from advjax.attacks._losses import per_example_margin
+from advjax.attacks._square import p_schedule, square_linf, square_sides
+from advjax_train import eval_logits_fn
 
 EPS = 8 / 255
 TOL = 1e-6

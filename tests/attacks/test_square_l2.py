@@ -1,4 +1,4 @@
-"""Properties of advjax.attacks.square_l2: the score-based black-box Square attack in L2,
+"""Properties of `square(norm="l2")` (`square_l2`): the score-based black-box Square attack in L2,
 and its place as AutoAttack's fourth member for norm="l2".
 
 The attack tests use the fixed random linear classifier of conftest on 8x8x3 images,
@@ -16,8 +16,10 @@ import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
 import advjax
-from advjax.attacks import SquareResult, p_schedule, per_example_margin, square_l2
-from advjax.attacks._square_l2 import eta, square_sides_l2
+from advjax.attacks import SquareResult
+from advjax.attacks._losses import per_example_margin
+from advjax.attacks._square import p_schedule, square_linf
+from advjax.attacks._square_l2 import eta, square_l2, square_sides_l2
 from advjax.evaluation import Member, autoattack
 from advjax.evaluation.engine import resolve_members
 
@@ -231,7 +233,6 @@ def test_autoattack_l2_versions_include_square():
         methods = [m.method for m in resolve_members(version, None, "l2")]
         assert methods == [m.method for m in resolve_members(version, None, "linf")]
         assert "square" in methods
-    assert advjax.square_l2 is square_l2
 
 
 @pytest.mark.slow
@@ -260,15 +261,15 @@ def test_autoattack_l2_runs_square_on_the_cases_left_robust():
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 def test_square_with_a_norm_is_the_search_of_that_norm(norm):
-    """`advjax.square(norm=)` runs `square_linf` or `square_l2` with that function's own
+    """`advjax.attacks.square(norm=)` runs `square_linf` or `square_l2` with that function's own
     default p_init, draw for draw."""
     logits_fn = make_linear_logits_fn()
     x, y = make_linear_batch(n=6)
     eps, key = (8 / 255 if norm == "linf" else 0.5), jax.random.key(4)
-    search = advjax.square_linf if norm == "linf" else advjax.square_l2
-    got = advjax.square(logits_fn, x, y, eps, key=key, norm=norm, queries=30)
+    search = square_linf if norm == "linf" else square_l2
+    got = advjax.attacks.square(logits_fn, x, y, eps, key=key, norm=norm, queries=30)
     want = search(logits_fn, x, y, eps, key=key, queries=30)
     np.testing.assert_array_equal(got.x_adv, want.x_adv)
     np.testing.assert_array_equal(got.queries_used, want.queries_used)
     with pytest.raises(ValueError, match="norm"):
-        advjax.square(logits_fn, x, y, eps, key=key, norm="l1")
+        advjax.attacks.square(logits_fn, x, y, eps, key=key, norm="l1")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from advjax.model import CompactCNN, eval_logits_fn
+from advjax_train import CompactCNN, eval_logits_fn
 from benchmarks import user_models
 from benchmarks.any_model import render
 

@@ -13,22 +13,23 @@ import numpy as np
 import pytest
 
 from advjax.data import (
-    CLASS_NAMES,
-    CUSTOM_DATA_ENV,
     DATA_DIR_ENV,
-    RECORD_BYTES,
     Cifar10,
     DataError,
-    StudySplits,
     fingerprint,
     load_cifar10,
-    read_binary_batch,
     stratified_indices,
-    study_eval_indices,
     study_splits,
+)
+from advjax.data._cifar10 import (
+    CLASS_NAMES,
+    CUSTOM_DATA_ENV,
+    RECORD_BYTES,
+    read_binary_batch,
     verify_official,
     write_binary_batch,
 )
+from advjax.data._splits import StudySplits, study_eval_indices
 
 REAL_TRAIN_FINGERPRINT = "72c15e60c081b70e34054cb162580e0d24094d4efdce45b6c8c1fe5acc39221e"
 REAL_TEST_FINGERPRINT = "8353b1fbf11acba6dc8b5e9d2fb108294de95b6e979d31428bf914289e4189c5"

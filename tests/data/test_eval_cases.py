@@ -8,7 +8,8 @@ import pytest
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from advjax.data import DataError, load_cifar10, load_eval_cases, study_eval_indices
+from advjax.data import DataError, load_cifar10, load_eval_cases
+from advjax.data._splits import study_eval_indices
 from advjax.evaluate import main
 from advjax.records import read_records, record_file
 

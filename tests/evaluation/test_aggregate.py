@@ -8,14 +8,9 @@ import pytest
 from conftest import case_record, make_linear_batch, make_linear_logits_fn
 
 from advjax.attacks import pgd_search
-from advjax.evaluation import (
-    ThreatModel,
-    aggregate_records,
-    find_group,
-    group_records,
-    records_from_arrays,
-)
+from advjax.evaluation import ThreatModel, aggregate_records, find_group, group_records
 from advjax.evaluation import _metrics as metrics
+from advjax.evaluation._scoring import records_from_arrays
 from advjax.evaluation.stats import budget_curves, per_class
 from advjax.records import CaseRecord
 

@@ -1,4 +1,4 @@
-"""`advjax.autoattack`: AutoAttack on any JAX model, with early stop and named checks."""
+"""`advjax.evaluation.autoattack`: AutoAttack on any JAX model, with early stop and named checks."""
 
 import functools
 import itertools
@@ -346,7 +346,7 @@ def test_equinox_and_haiku_models_work_as_they_are(library):
 
 
 def test_top_level_export():
-    assert advjax.autoattack is autoattack
+    assert advjax.evaluation.autoattack is autoattack
 
 
 @pytest.mark.parametrize("size", ["small", pytest.param("full", marks=pytest.mark.slow)])

@@ -1,4 +1,4 @@
-"""`advjax.autoattack(version="fast")`: the standard version's verdicts for fewer model
+"""`advjax.evaluation.autoattack(version="fast")`: the standard version's verdicts for fewer model
 passes, and escalation to the standard members where gradients may be masked."""
 
 import jax

@@ -9,8 +9,7 @@ import pytest
 
 from advjax.data import EvalCases
 from advjax.evaluation import AUTOATTACK, AutoAttackConfig, autoattack, run_autoattack
-from advjax.evaluation._autoattack_records import member_passes
-from advjax.evaluation.engine import member_hash
+from advjax.evaluation._autoattack_records import member_hash, member_passes
 from advjax.records import RecordLog
 from tests.evaluation.test_autoattack import EPS, STANDARD, _cases, _members, _mlp
 

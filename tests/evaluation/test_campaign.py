@@ -20,8 +20,8 @@ from advjax.evaluation import (
 )
 from advjax.evaluation._early_stop import chunk_bounds
 from advjax.evaluation.engine import case_keys, key_from_path
-from advjax.model import eval_logits_fn
 from advjax.records import RecordLog, read_records
+from advjax_train import eval_logits_fn
 
 EPS = (0.0, 2 / 255, 8 / 255)
 TM = ThreatModel(eps=EPS, steps=10, restarts=3)

@@ -12,6 +12,7 @@ from conftest import case_record
 
 from advjax import evaluation, gate
 from advjax.evaluation import Check, ThreatModel, aggregate_records, run_checks, run_summary
+from advjax.evaluation._gate import Reason
 from advjax.evaluation.summary import SCHEMA, SummaryError, read_run_summary, write_run_summary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,7 +198,7 @@ def test_clean_regression_without_baseline_holds(files):
     )
     assert not decision.allow
     assert decision.reasons == [
-        evaluation.gate.Reason("max_clean_regression", False, "robust: no --baseline given")
+        Reason("max_clean_regression", False, "robust: no --baseline given")
     ]
 
 

@@ -8,7 +8,8 @@ import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
 from advjax.evaluation import AttackSpec, ThreatModel, replay_record, run_attack
-from advjax.evaluation.engine import key_from_path, key_root
+from advjax.evaluation._keys import key_root
+from advjax.evaluation.engine import key_from_path
 from advjax.records import RecordLog, read_records
 
 

@@ -15,10 +15,8 @@ import numpy as np
 import pytest
 from conftest import case_record
 
-from advjax.evaluation import (
-    ThreatModel,
-    records_from_arrays,
-)
+from advjax.evaluation import ThreatModel
+from advjax.evaluation._scoring import records_from_arrays
 from advjax.records import (
     STATUSES,
     CaseRecord,

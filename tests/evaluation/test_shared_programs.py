@@ -18,7 +18,7 @@ from advjax.evaluation._autoattack import _clean_program, clean_predictions
 from advjax.evaluation._batch import _attack_program
 from advjax.evaluation._early_stop import _search_program
 from advjax.evaluation.engine import make_attack_fn, make_program
-from advjax.model import eval_logits_fn
+from advjax_train import eval_logits_fn
 
 
 class TinyNet(nn.Module):

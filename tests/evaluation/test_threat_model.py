@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from advjax.evaluation import UNTARGETED, ThreatModel, format_eps, require_threat_model
+from advjax.evaluation import ThreatModel, format_eps
+from advjax.evaluation._threat_model import UNTARGETED, require_threat_model
 
 
 def make(**overrides) -> ThreatModel:

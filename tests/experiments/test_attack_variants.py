@@ -11,18 +11,10 @@ import numpy as np
 import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
-from advjax.attacks import (
-    IterateState,
-    attack_loss,
-    fgsm,
-    per_example_margin,
-    pgd,
-    pgd_finish,
-    pgd_search,
-    pgd_start,
-    pgd_steps,
-)
-from advjax.model import eval_logits_fn
+from advjax.attacks import IterateState, attack_loss, fgsm, pgd, pgd_search
+from advjax.attacks._losses import per_example_margin
+from advjax.attacks._pgd import PGD_RULE
+from advjax_train import eval_logits_fn
 
 KEY = jax.random.key(0)
 TOL = 1e-5
@@ -128,14 +120,15 @@ def test_chunked_steps_equal_one_run(norm, loss, targeted):
     x, labels = jnp.asarray(x), jnp.asarray(labels)
     eps, step = (0.5, 0.1) if norm == "l2" else (0.05, 0.01)
     kw = dict(norm=norm, loss=loss, targeted=targeted)
-    start = pgd_start(x, eps, KEY, norm)
-    whole = pgd_steps(logits_fn, start, x, labels, eps, step, 0, 7, **kw)
-    part = pgd_steps(logits_fn, start, x, labels, eps, step, 0, 3, **kw)
-    part = pgd_steps(logits_fn, IterateState(*part), x, labels, eps, step, 3, 7, **kw)
+    start = PGD_RULE.start(x, eps, KEY, norm)
+    whole = PGD_RULE.run_steps(logits_fn, start, x, labels, eps, step, 0, 7, **kw)
+    part = PGD_RULE.run_steps(logits_fn, start, x, labels, eps, step, 0, 3, **kw)
+    part = PGD_RULE.run_steps(logits_fn, IterateState(*part), x, labels, eps, step, 3, 7, **kw)
     chex.assert_trees_all_close(whole, part)
     kw.pop("norm")
     chex.assert_trees_all_close(
-        pgd_finish(logits_fn, whole, labels, 7, **kw), pgd_finish(logits_fn, part, labels, 7, **kw)
+        PGD_RULE.finish(logits_fn, whole, labels, 7, **kw),
+        PGD_RULE.finish(logits_fn, part, labels, 7, **kw),
     )
 
 

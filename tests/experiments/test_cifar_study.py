@@ -14,8 +14,8 @@ from advjax import gate
 from advjax.evaluation import ThreatModel, aggregate_records, find_group
 from advjax.evaluation.summary import read_run_summary
 from advjax.io import save_checkpoint
-from advjax.model import CompactCNN
 from advjax.records import RecordLog, read_records, record_file
+from advjax_train import CompactCNN
 from experiments.cifar_robustness import attack_variants, replay, strong_evaluation
 from experiments.cifar_robustness import main as cifar_robustness
 from experiments.cifar_robustness.config import profile
@@ -639,7 +639,7 @@ def test_train_phase_trains_or_reuses_the_parent_and_fine_tunes_from_its_weights
     import jax
     import numpy as np
 
-    from advjax.train import FitResult, TrainConfig, create_train_state
+    from advjax_train import FitResult, TrainConfig, create_train_state
     from experiments.cifar_robustness import study
     from experiments.cifar_robustness.config import StudyConfig
     from experiments.cifar_robustness.model_specs import ModelSpec

@@ -13,16 +13,10 @@ import numpy as np
 import pytest
 from flax import serialization
 
-from advjax.io import (
-    CheckpointError,
-    load_checkpoint,
-    model_hash,
-    read_checkpoint,
-    save_checkpoint,
-    seal_checkpoint,
-)
-from advjax.model import CompactCNN, load_logits_fn
+from advjax.io import CheckpointError, load_checkpoint, model_hash, read_checkpoint, save_checkpoint
+from advjax.io._checkpoint import seal_checkpoint
 from advjax.records import record_file
+from advjax_train import CompactCNN, load_logits_fn
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 READERS = {

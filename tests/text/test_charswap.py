@@ -3,7 +3,7 @@ adjacent internal swap, or by repeating the last character when no swap can."""
 
 import pytest
 
-from advjax.text.translate import charswap, charswap_candidates, internal_swaps
+from advjax_text.translate import charswap, charswap_candidates, internal_swaps
 
 
 def test_swaps_keep_first_and_last_characters_and_letters():

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from advjax.text.classify import (
+from advjax_text.classify import (
     FAMILIES,
     char_attack,
     char_candidates,

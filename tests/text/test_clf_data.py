@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from advjax.text.classify import (
+from advjax_text.classify import (
     ClassifierConfig,
     make_model,
     make_text_logits_fn,
@@ -19,7 +19,7 @@ from advjax.text.classify import (
     substitute_tokens,
     train_classifier,
 )
-from advjax.text.data import (
+from advjax_text.data import (
     TEXT_DIR_ENV,
     TextDataError,
     load_advglue_sst2,
@@ -28,7 +28,7 @@ from advjax.text.data import (
     load_sst2,
     resolve_text_dir,
 )
-from advjax.text.tokenize import (
+from advjax_text.tokenize import (
     CLASSIFIER_SPECIALS,
     PAD,
     TRANSLATION_SPECIALS,

@@ -9,8 +9,8 @@ import pytest
 from advjax.evaluation.summary import read_run_summary
 from advjax.gate import main as gate_main
 from advjax.records import read_lines
-from advjax.text import TextCaseRecord
-from advjax.text.data import TEXT_DIR_ENV
+from advjax_text import TextCaseRecord
+from advjax_text.data import TEXT_DIR_ENV
 
 
 @pytest.mark.skipif(

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from advjax.text import (
+from advjax_text import (
     TextCaseRecord,
     ValidityRule,
     check_validity,
@@ -16,7 +16,7 @@ from advjax.text import (
     status_of,
     summarise,
 )
-from advjax.text.classify import Edit, textfooler
+from advjax_text.classify import Edit, textfooler
 from tests.text.test_clf_attack import ANTONYMS, NEIGHBORS, SENTENCES, lexicon_logits
 
 RULE = ValidityRule(max_share=0.5, chrf_floor=0.2)

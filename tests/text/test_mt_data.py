@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from advjax.text.data import TEXT_DIR_ENV, load_lines, load_parallel, resolve_multi30k_dir, tokenize
-from advjax.text.tokenize import (
+from advjax_text.data import TEXT_DIR_ENV, load_lines, load_parallel, resolve_multi30k_dir, tokenize
+from advjax_text.tokenize import (
     BOS,
     EOS,
     PAD,
@@ -17,7 +17,7 @@ from advjax.text.tokenize import (
     merge_pieces,
     word_counts,
 )
-from advjax.text.translate import batches
+from advjax_text.translate import batches
 
 
 def test_tokenize_lowercases_and_splits_punctuation():

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from advjax.records import read_lines
-from advjax.text.data import TEXT_DIR_ENV
-from advjax.text.score import main
-from advjax.text.translate import (
+from advjax_text.data import TEXT_DIR_ENV
+from advjax_text.score import main
+from advjax_text.translate import (
     PairScore,
     chrf,
     relative_decrease,
@@ -103,7 +103,7 @@ def test_cli_errors_on_mismatched_line_counts_and_empty_files(tmp_path, capsys):
     args = [str(a) for a in args]
     assert main(args + ["--adv-out", str(files["adv_out"])]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("advjax.text.score: error: mismatched")
+    assert err.count("\n") == 1 and err.startswith("advjax_text.score: error: mismatched")
     assert f"{files['adv_out']}: 1" in err
     (tmp_path / "empty").write_text("")
     assert main(args + ["--adv-out", str(tmp_path / "empty")]) == 2

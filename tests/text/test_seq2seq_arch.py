@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from advjax.records import read_lines
-from advjax.text.data import TEXT_DIR_ENV
+from advjax_text.data import TEXT_DIR_ENV
 
 STORED = Path(__file__).parents[2] / "results/seq2seq/models/transformer_word_fr-en/config.json"
 

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from advjax.text.tokenize import PAD, UNK, Vocab
-from advjax.text.translate import (
+from advjax_text.tokenize import PAD, UNK, Vocab
+from advjax_text.translate import (
     adversarial_loss,
     changed_positions,
     first_order_scores,

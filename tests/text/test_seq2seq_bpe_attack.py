@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from advjax.text.tokenize import PAD, TRANSLATION_SPECIALS, Vocab, build_vocab, learn_bpe
-from advjax.text.translate import (
+from advjax_text.tokenize import PAD, TRANSLATION_SPECIALS, Vocab, build_vocab, learn_bpe
+from advjax_text.translate import (
     adversarial_loss,
     changed_positions,
     charswap_candidates,

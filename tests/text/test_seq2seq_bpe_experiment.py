@@ -9,8 +9,8 @@ import os
 import pytest
 
 from advjax.records import read_lines
-from advjax.text.data import TEXT_DIR_ENV
-from advjax.text.translate import changed_positions
+from advjax_text.data import TEXT_DIR_ENV
+from advjax_text.translate import changed_positions
 
 
 @pytest.mark.slow

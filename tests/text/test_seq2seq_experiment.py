@@ -8,8 +8,8 @@ import os
 import pytest
 
 from advjax.records import read_lines
-from advjax.text.data import TEXT_DIR_ENV
-from advjax.text.translate import changed_positions
+from advjax_text.data import TEXT_DIR_ENV
+from advjax_text.translate import changed_positions
 
 
 @pytest.mark.slow
@@ -45,7 +45,7 @@ def test_quick_profile_end_to_end(tmp_path):
 def test_lstm_specs_keep_their_pre_transformer_names_and_stored_keys():
     """Old LSTM model folders stay reusable: same name, same stored-spec keys; a Transformer
     spec gets its own name and stores its own sizes (and not the LSTM-only hidden_dim)."""
-    from advjax.text.translate import TransformerConfig
+    from advjax_text.translate import TransformerConfig
     from experiments.seq2seq_robustness.models import ModelSpec, model_config, stored_spec
 
     lstm = ModelSpec()
@@ -129,7 +129,7 @@ def test_case_record_status_and_key_order():
     """A case with no position is "no_candidate" whatever its scores, a constraint reason
     makes it "invalid", otherwise chrF success decides; word and BPE records keep their
     key order, the kind's own fields right after new_word (records are compared as JSON)."""
-    from advjax.text.translate import score_pair
+    from advjax_text.translate import score_pair
     from experiments.seq2seq_robustness.attacks import case_record
 
     src, ref = "le chat dort", "the cat sleeps"

@@ -7,8 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from advjax.text.tokenize import PAD
-from advjax.text.translate import (
+from advjax_text.tokenize import PAD
+from advjax_text.translate import (
     LSTMConfig,
     TrainConfig,
     create_train_state,
@@ -38,8 +38,8 @@ def test_training_memorises_and_greedy_decoding_reproduces_targets():
 def test_adversarial_perturbations_change_one_word_within_the_setting():
     """The on-the-fly perturbations of adversarial training: one word per sentence, drawn
     from the top-3 first-order candidates; CharSwap words become <unk>."""
-    from advjax.text.tokenize import UNK
-    from advjax.text.translate import draw_perturbation, first_order_scores
+    from advjax_text.tokenize import UNK
+    from advjax_text.translate import draw_perturbation, first_order_scores
 
     rng = np.random.default_rng(0)
     emb = jax.numpy.asarray(rng.normal(size=(20, 8)).astype(np.float32))
@@ -73,7 +73,7 @@ def test_adversarial_perturbations_change_one_word_within_the_setting():
 
 @pytest.mark.slow
 def test_adversarial_train_step_runs_and_lowers_the_loss():
-    from advjax.text.translate import make_adv_train_step
+    from advjax_text.translate import make_adv_train_step
 
     state = create_train_state(jax.random.key(0), CONFIG, TrainConfig(learning_rate=2e-2))
     step = make_adv_train_step(

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from advjax.text.tokenize import BOS, EOS, PAD
-from advjax.text.translate import (
+from advjax_text.tokenize import BOS, EOS, PAD
+from advjax_text.translate import (
     LSTMConfig,
     TrainConfig,
     TransformerConfig,
@@ -208,7 +208,7 @@ def test_training_memorises_and_translate_reproduces_targets_greedy_and_beam():
 
 @pytest.mark.slow
 def test_adversarial_train_step_runs_on_a_transformer():
-    from advjax.text.translate import make_adv_train_step
+    from advjax_text.translate import make_adv_train_step
 
     config = TransformerConfig(src_vocab=20, tgt_vocab=16, **TINY)
     state = create_train_state(jax.random.key(0), config, TrainConfig(learning_rate=1e-2))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from advjax.io import save_checkpoint
-from advjax.model import CompactCNN
+from advjax_train import CompactCNN
 from tools.fit_check import fit_of, parse_args
 
 # A tool's test (tools/) that trains small models: outside the default run.

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from advjax.io import save_checkpoint
-from advjax.model import CompactCNN
-from advjax.train import SentinelConfig, TrainConfig, fit
+from advjax_train import CompactCNN, SentinelConfig, TrainConfig, fit
 from tests.train.test_ema import _data
 from tests.train.test_resume import _Stop, _stop_after
 from tools import lever_curves

@@ -18,14 +18,22 @@ from optax.tree_utils import tree_get
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 from advjax.attacks import pgd_search  # noqa: E402
-from advjax.model import CompactCNN, eval_logits_fn  # noqa: E402
-from advjax.train import Batch, TrainConfig, create_train_state, fit, make_train_step, to_float  # noqa: E402
-from advjax.train import _sharding as sharding  # noqa: E402
+from advjax_train import (  # noqa: E402  # noqa: E402
+    Batch,
+    CompactCNN,
+    TrainConfig,
+    create_train_state,
+    eval_logits_fn,
+    fit,
+    make_train_step,
+    to_float,
+)
+from advjax_train import _sharding as sharding  # noqa: E402
 
 BATCH, STEPS, TOTAL_STEPS = 32, 3, 100
 PGD_STEPS, PGD_RESTARTS, EPS = 5, 2, 8 / 255
 RTOL, ATOL = 1e-4, 1e-5
-ADAM_B1 = 0.9  # optax.adamw's default, as in advjax.train.make_optimizer
+ADAM_B1 = 0.9  # optax.adamw's default, as in advjax_train.make_optimizer
 
 
 def synthetic_batch(n: int, seed: int) -> Batch:

@@ -1,4 +1,4 @@
-"""Tests for advjax.train: pad-and-crop plus horizontal flip, in pure JAX."""
+"""Tests for advjax_train: pad-and-crop plus horizontal flip, in pure JAX."""
 
 import itertools
 
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from advjax.train import augment, crop_and_flip, to_float
+from advjax_train import augment, crop_and_flip, to_float
 
 PAD = 4
 

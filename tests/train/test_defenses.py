@@ -1,5 +1,5 @@
-"""Properties of the defenses: FGSM-RS, PGD and TRADES training (advjax.train) and the
-catastrophic-overfitting sentinel (advjax.train, `fit(..., sentinel=...)`).
+"""Properties of the defenses: FGSM-RS, PGD and TRADES training (advjax_train) and the
+catastrophic-overfitting sentinel (advjax_train, `fit(..., sentinel=...)`).
 
 The example generators are checked on the tiny linear model; the train steps on an
 8-image synthetic batch with the CompactCNN (eps passed traced, so one compilation per
@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 from conftest import linear_weights, make_linear_batch, make_linear_logits_fn, numpy_ce_and_grad
 
-import advjax.train._loop
-from advjax.attacks import per_example_cross_entropy, pgd_start
-from advjax.train import (
+import advjax_train._loop
+from advjax.attacks._losses import per_example_cross_entropy
+from advjax.attacks._pgd import PGD_RULE
+from advjax_train import (
     Batch,
     SentinelConfig,
     TrainConfig,
@@ -123,11 +124,11 @@ class GeneratorVariantsTest(chex.TestCase):
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_random_start_pgd_matches_a_numpy_transcription(self):
-        """From the same random start (`pgd_start` with the key), 3 signed steps of eps/4 on
+        """From the same random start (the PGD rule's start with the key), 3 signed steps of eps/4 on
         the closed-form gradient, each projected to the eps-ball and [0, 1]; the last iterate."""
         logits_fn, x, y = _linear_setup()
         w, b = linear_weights(logits_fn)
-        x_k = np.asarray(pgd_start(jnp.asarray(x), EPS, KEY).x_adv, np.float64)
+        x_k = np.asarray(PGD_RULE.start(jnp.asarray(x), EPS, KEY).x_adv, np.float64)
         for _ in range(3):
             _, grad, _ = numpy_ce_and_grad(w, b, x_k, y)
             x_k = np.clip(np.clip(x_k + EPS / 4 * np.sign(grad), x - EPS, x + EPS), 0.0, 1.0)
@@ -341,7 +342,7 @@ def _scripted_fit(monkeypatch, sentinel, val_accuracies, probe_records):
     metrics; returns the result and each epoch's parameters."""
     train = _synthetic(32, seed=1)
     val = Batch(train.images[:8], train.labels[:8])
-    real_evaluate, params_by_epoch = advjax.train.evaluate, []
+    real_evaluate, params_by_epoch = advjax_train.evaluate, []
     accuracies, records = iter(val_accuracies), iter(probe_records)
 
     def scripted_evaluate(state, images, labels):
@@ -352,8 +353,8 @@ def _scripted_fit(monkeypatch, sentinel, val_accuracies, probe_records):
         assert sentinel_ is sentinel and adv_eps == 8 / 255 and val_ is val
         return lambda state: dict(next(records))
 
-    monkeypatch.setattr(advjax.train._loop, "evaluate", scripted_evaluate)
-    monkeypatch.setattr(advjax.train._loop, "make_probe", scripted_make_probe)
+    monkeypatch.setattr(advjax_train._loop, "evaluate", scripted_evaluate)
+    monkeypatch.setattr(advjax_train._loop, "make_probe", scripted_make_probe)
     config = TrainConfig(epochs=len(val_accuracies), batch_size=16, augment=False)
     result = fit(config, train, val, show_progress=False, log=lambda _: None, sentinel=sentinel)
     return result, params_by_epoch

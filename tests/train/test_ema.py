@@ -1,4 +1,4 @@
-"""Weight averaging (advjax.train: ema_update, recompute_batch_stats, fit with ema_decay) and
+"""Weight averaging (advjax_train: ema_update, recompute_batch_stats, fit with ema_decay) and
 the CNN's width multiplier."""
 
 import chex
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from advjax.io import load_checkpoint, save_checkpoint
-from advjax.model import CompactCNN
-from advjax.train import (
+from advjax_train import (
     BN_RECOMPUTE_BATCHES,
     Batch,
+    CompactCNN,
     TrainConfig,
     create_train_state,
     ema_decay_at,
@@ -136,7 +136,7 @@ def test_a_wider_cnn_has_wider_layers_and_keeps_its_width_in_the_checkpoint(tmp_
 def test_an_averaged_run_also_returns_the_plain_run_of_the_same_config(with_sentinel):
     """`FitResult.live` of a run with `ema_decay` is the run without it: the same weights,
     selected epoch and history (the `live_` metrics are the plain run's), bit for bit."""
-    from advjax.train import SentinelConfig
+    from advjax_train import SentinelConfig
 
     train, val = _data(64, 1), _data(32, 2)
     sentinel = None

@@ -1,4 +1,4 @@
-"""Resumable training (advjax.train: FitProgress, save_fit_progress, load_fit_progress,
+"""Resumable training (advjax_train: FitProgress, save_fit_progress, load_fit_progress,
 read_fit_history and
 fit's `on_epoch` / `resume`): a run stopped after an epoch and resumed from its file ends with
 exactly the weights, history and selection of the uninterrupted run."""
@@ -7,7 +7,7 @@ import chex
 import jax
 import pytest
 
-from advjax.train import (
+from advjax_train import (
     FitProgress,
     SentinelConfig,
     TrainConfig,

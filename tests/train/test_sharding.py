@@ -1,4 +1,4 @@
-"""Data-parallel training and evaluation (advjax.train) against the single-device path.
+"""Data-parallel training and evaluation (advjax_train) against the single-device path.
 
 The multi-device checks run `tests/sharding_worker.py` in a subprocess with 4 simulated CPU
 devices (`XLA_FLAGS=--xla_force_host_platform_device_count=4`, fixed when JAX starts) and
@@ -26,7 +26,7 @@ import optax
 import pytest
 from flax.training import train_state
 
-from advjax.train import _sharding as sharding
+from advjax_train import _sharding as sharding
 
 DEVICES = 4
 RTOL, ATOL = 1e-4, 1e-5

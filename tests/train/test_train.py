@@ -1,4 +1,4 @@
-"""Properties of advjax.train (config, steps), advjax.io and advjax.train."""
+"""Properties of advjax_train (config, steps), advjax.io and advjax_train."""
 
 import dataclasses
 import math
@@ -12,16 +12,18 @@ import pytest
 from flax import serialization
 
 import advjax.records._atomic
-import advjax.train._loop
-from advjax.io import (
-    CheckpointError,
-    load_checkpoint,
-    read_checkpoint,
-    save_checkpoint,
-    seal_checkpoint,
+import advjax_train._loop
+from advjax.io import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from advjax.io._checkpoint import seal_checkpoint
+from advjax_train import (
+    Batch,
+    CompactCNN,
+    TrainConfig,
+    create_train_state,
+    evaluate,
+    fit,
+    make_train_step,
 )
-from advjax.model import CompactCNN
-from advjax.train import Batch, TrainConfig, create_train_state, evaluate, fit, make_train_step
 
 STEPS = 8
 BATCH = 32
@@ -299,13 +301,13 @@ def test_fit_returns_the_epoch_with_the_best_validation_accuracy(monkeypatch):
     val = Batch(train.images[:8], train.labels[:8])
     scripted = iter([0.2, 0.5, 0.3])
     params_by_epoch = []
-    real_evaluate = advjax.train.evaluate
+    real_evaluate = advjax_train.evaluate
 
     def scripted_evaluate(state, images, labels):
         params_by_epoch.append(jax.device_get(state.params))
         return {**real_evaluate(state, images, labels), "accuracy": next(scripted)}
 
-    monkeypatch.setattr(advjax.train._loop, "evaluate", scripted_evaluate)
+    monkeypatch.setattr(advjax_train._loop, "evaluate", scripted_evaluate)
     config = TrainConfig(epochs=3, batch_size=16, augment=False)
     result = fit(config, train, val, show_progress=False, log=lambda _: None)
     assert len(result.history) == 3
@@ -360,8 +362,8 @@ def test_fit_with_the_same_seed_gives_bit_identical_weights_and_history(mode):
 def test_augment_pad_zero_only_flips():
     """With augment_pad=0 the step's augmentation is the random flip alone: every augmented
     image equals its original or its left-right mirror (the crop is the identity)."""
-    from advjax.train import augment, to_float
-    from advjax.train._steps import _prepare
+    from advjax_train import augment, to_float
+    from advjax_train._steps import _prepare
 
     images = np.random.default_rng(0).integers(0, 256, (16, 8, 8, 3), dtype=np.uint8)
     batch = Batch(images, np.zeros(16, np.int32))
