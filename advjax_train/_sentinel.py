@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from advjax.attacks import check_budget, fgsm, pgd_search
+from advjax.attacks import check_budget, fgsm, pgd
 from advjax.evaluation.engine import case_keys
 from advjax.types import Array
 from advjax_train._augment import to_float
@@ -119,8 +119,8 @@ def _attack_counts(
         return apply_fn(variables, x, train=False)
 
     x = to_float(images)
-    x_fgsm = fgsm(logits_fn, x, labels, eps)
-    x_pgd = pgd_search(logits_fn, x, labels, eps, key=keys, steps=steps, step_size=step_size).x_adv
+    x_fgsm = fgsm(logits_fn, x, labels, eps).x_adv
+    x_pgd = pgd(logits_fn, x, labels, eps, key=keys, steps=steps, step_size=step_size).x_adv
     return jnp.stack(
         [jnp.sum(mask & (jnp.argmax(logits_fn(z), -1) == labels)) for z in (x, x_fgsm, x_pgd)]
     )
@@ -139,7 +139,7 @@ def pgd_accuracy(
 ) -> dict[str, float]:
     """Clean, FGSM and PGD accuracy of the eval-mode model of a `TrainState` on uint8 images.
 
-    PGD (`advjax.attacks.pgd_search`, one restart) starts example i at its own random
+    PGD (`advjax.attacks.pgd`, one restart) starts example i at its own random
     point from `fold_in(key, i)`, so the same images and key give the same starts whatever
     the batching. Every batch, the last one padded, has `batch_size` images, so one
     compilation per model serves every call.

@@ -132,7 +132,7 @@ def fgsm_train_step(
     """
     aug_key, attack_key, dropout_key = jax.random.split(key, 3)
     x = _prepare(batch, aug_key, use_augment, augment_pad)
-    x_adv = fgsm(_train_logits_fn(state, state.params, attack_key), x, batch.labels, eps)
+    x_adv = fgsm(_train_logits_fn(state, state.params, attack_key), x, batch.labels, eps).x_adv
     return _train_on(state, x, x_adv, batch.labels, dropout_key, adv_mix)
 
 

@@ -38,8 +38,10 @@ def _time_advjax(logits_fn, x, y, batch: int, reps: int, fast: bool) -> list[flo
     os.environ["ADVJAX_FAST_PATH"] = "1" if fast else "0"
     try:
         attack = jax.jit(
-            lambda a, b, k: advjax.attacks.pgd(
-                logits_fn, a, b, EPS, key=k, steps=STEPS, step_size=2 / 255
+            lambda a, b, k: (
+                advjax.attacks.pgd(
+                    logits_fn, a, b, EPS, key=k, steps=STEPS, step_size=2 / 255
+                ).x_adv
             )
         )
         batches = [(x[i : i + batch], y[i : i + batch]) for i in range(0, len(y), batch)]

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax import backend
-from advjax.attacks import pgd_search
+from advjax.attacks import pgd
 from advjax.data import load_cifar10
 from advjax.evaluation import AttackSpec, parse_eps
 from advjax.evaluation.engine import attack_cases, case_keys, key_from_path, make_program
@@ -64,7 +64,7 @@ def early_stop_row(logits_fn, x, y, eps, steps, restarts, batch, reps) -> dict:
     )
     keys = case_keys(key_from_path([0, "bench", format(eps, ".6f")]), np.arange(len(y)))
     full_fn = jax.jit(
-        lambda x, y, k: pgd_search(logits_fn, x, y, eps, key=k, steps=steps, restarts=restarts)
+        lambda x, y, k: pgd(logits_fn, x, y, eps, key=k, steps=steps, restarts=restarts)
     )
 
     def full():
@@ -101,11 +101,9 @@ def early_stop_row(logits_fn, x, y, eps, steps, restarts, batch, reps) -> dict:
 
 def restarts_row(logits_fn, x, y, eps, steps, reps) -> dict:
     key = jax.random.key(0)
-    vmapped = jax.jit(
-        lambda x, y: pgd_search(logits_fn, x, y, eps, key=key, steps=steps, restarts=4)
-    )
+    vmapped = jax.jit(lambda x, y: pgd(logits_fn, x, y, eps, key=key, steps=steps, restarts=4))
     single = jax.jit(
-        lambda x, y, r: pgd_search(logits_fn, x, y, eps, key=key, steps=steps, first_restart=r),
+        lambda x, y, r: pgd(logits_fn, x, y, eps, key=key, steps=steps, first_restart=r),
         static_argnums=2,
     )
     t_v, rv = _median_seconds(lambda: jax.block_until_ready(vmapped(x, y)), reps)
@@ -127,7 +125,7 @@ def restarts_row(logits_fn, x, y, eps, steps, reps) -> dict:
 def eps_row(logits_fn, x, y, eps_values, steps, reps) -> dict:
     key = jax.random.key(0)
     eps_arr = jnp.asarray(eps_values, jnp.float32)
-    one = jax.jit(lambda x, y, e: pgd_search(logits_fn, x, y, e, key=key, steps=steps).broken_step)
+    one = jax.jit(lambda x, y, e: pgd(logits_fn, x, y, e, key=key, steps=steps).broken_step)
     vmapped = jax.jit(jax.vmap(lambda e: one(x, y, e)))
     t_v, bv = _median_seconds(lambda: jax.block_until_ready(vmapped(eps_arr)), reps)
     t_l, bl = _median_seconds(lambda: jax.block_until_ready([one(x, y, e) for e in eps_arr]), reps)

@@ -58,7 +58,7 @@ def main(argv=None) -> dict:
     def run(sort):
         _fab_projection.argsort = sorts[sort]
         attack = jax.jit(lambda x, y: _fab.fab(logits_fn, x, y, eps, key=jax.random.key(0),
-                                                target_ranks=range(2, args.targets + 2)).x_adv)  # fmt: skip
+                                                targets=args.targets).x_adv)  # fmt: skip
         jax.block_until_ready(attack(x, y))  # compile
         start = time.perf_counter()
         out = jax.block_until_ready(attack(x, y))

@@ -35,7 +35,7 @@ _x = jax.random.uniform(jax.random.key(0), (250, 32, 32, 3))
 _vars = _model.init(jax.random.key(1), _x, train=False)
 _fn = advjax_train.eval_logits_fn(_model, _vars)
 _y = jnp.argmax(_fn(_x), -1)
-_attack = jax.jit(lambda a, b, k: advjax.attacks.pgd(_fn, a, b, 8 / 255, key=k, steps=20, step_size=2 / 255))
+_attack = jax.jit(lambda a, b, k: advjax.attacks.pgd(_fn, a, b, 8 / 255, key=k, steps=20, step_size=2 / 255).x_adv)
 _attack(_x, _y, jax.random.key(2)).block_until_ready()
 _times = []
 for _ in range({reps}):

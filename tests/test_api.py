@@ -227,11 +227,6 @@ SIGNATURES = {
     ],
     "advjax.attacks.pgd": [
         ("logits_fn", PK, EMPTY), ("x", PK, EMPTY), ("y", PK, EMPTY), ("eps", PK, EMPTY),
-        ("key", KW, EMPTY), ("steps", KW, 20), ("step_size", KW, None), ("restarts", KW, 1),
-        ("norm", KW, "linf"), ("loss", KW, "ce"), ("target", KW, None),
-    ],
-    "advjax.attacks.pgd_search": [
-        ("logits_fn", PK, EMPTY), ("x", PK, EMPTY), ("y", PK, EMPTY), ("eps", PK, EMPTY),
         ("key", KW, EMPTY), ("steps", KW, 20), ("step_size", KW, None), ("restarts", KW, 1), ("first_restart", KW, 0),
         ("norm", KW, "linf"), ("loss", KW, "ce"), ("target", KW, None),
     ],

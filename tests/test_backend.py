@@ -97,7 +97,7 @@ ATTACK_TWICE = (
     "x = jnp.full((2, 2, 2, 3), 0.5); y = jnp.array([0, 1])\n"
     "with warnings.catch_warnings(record=True) as caught:\n"
     "    warnings.simplefilter('always')\n"
-    "    advjax.attacks.fgsm(f, x, y, 0.03); advjax.attacks.pgd(f, x, y, 0.03, key=jax.random.key(0), steps=2)\n"
+    "    advjax.attacks.fgsm(f, x, y, 0.03).x_adv; advjax.attacks.pgd(f, x, y, 0.03, key=jax.random.key(0), steps=2).x_adv\n"
     "print(sum('without advjax' in str(c.message) for c in caught))"
 )
 

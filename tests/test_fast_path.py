@@ -237,7 +237,7 @@ def test_attacks_apply_it_to_the_users_model(monkeypatch):
 
     def layouts():
         program = jax.jit(
-            lambda a, b, k: advjax.attacks.pgd(_nchw_plain, a, b, 8 / 255, key=k, steps=2)
+            lambda a, b, k: advjax.attacks.pgd(_nchw_plain, a, b, 8 / 255, key=k, steps=2).x_adv
         )
         text = program.lower(x, y, jax.random.key(0)).compile().as_text()
         return set(re.findall(r"dim_labels=([^,\s]+)", text))
@@ -256,7 +256,10 @@ def test_attack_results_unchanged_on_a_model_already_in_the_fast_layout():
     variables = model.init(jax.random.key(0), x32, train=False)
     logits_fn = advjax_train.eval_logits_fn(model, variables)
     y = jnp.argmax(logits_fn(x32), -1)
-    run = lambda: advjax.attacks.pgd(logits_fn, x32, y, 8 / 255, key=jax.random.key(1), steps=3)  # noqa: E731
+
+    def run():
+        return advjax.attacks.pgd(logits_fn, x32, y, 8 / 255, key=jax.random.key(1), steps=3).x_adv
+
     fast = run()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(FAST_PATH_VARIABLE, "0")

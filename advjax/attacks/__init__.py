@@ -48,7 +48,6 @@ from advjax.attacks._norms import (
 from advjax.attacks._pgd import (
     fgsm,
     pgd,
-    pgd_search,
 )
 from advjax.attacks._registry import (
     ATTACKS,
@@ -83,7 +82,6 @@ __all__ = [
     "NORMS",
     "perturbation_norm",
     "pgd",
-    "pgd_search",
     "project",
     "restart_keys",
     "SearchResult",

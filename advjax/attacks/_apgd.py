@@ -14,7 +14,7 @@ of diverse parameter-free attacks", ICML 2020.
 import functools
 import math
 import numbers
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple
 
 import chex
 import jax
@@ -83,7 +83,7 @@ class _Kept(NamedTuple):
 
 
 def _keep(kept: _Kept, step, x_k: Array, losses: Array, logits: Array, y: Array) -> _Kept:
-    """Record iterate x_k reached after `step` steps (the rule of `pgd_search`)."""
+    """Record iterate x_k reached after `step` steps (the rule of `pgd`)."""
     unbroken = kept.broken_step < 0
     newly_broken = unbroken & (jnp.argmax(logits, axis=-1) != y)
     improved = unbroken & (newly_broken | (losses > kept.best_loss))
@@ -208,7 +208,7 @@ def _prepare(x, y, eps, key, *, steps, norm, restarts, first_restart, rho, alpha
 
 
 def _run(logits_fn, loss_fn, x, y, eps, keys, **options) -> SearchResult:
-    """All restarts under `jax.vmap`, then the per-example choice of `pgd_search`."""
+    """All restarts under `jax.vmap`, then the per-example choice of `pgd`."""
     logits_fn = fast_path(logits_fn)
     kept = jax.vmap(lambda k: _apgd_single_restart(logits_fn, loss_fn, x, y, eps, k, **options))(
         keys
@@ -228,13 +228,13 @@ def apgd(
     key: jax.Array,
     steps: int = 100,
     norm: str = "linf",
-    loss: str = "ce",
+    loss: str | LossFn = "ce",
     restarts: int = 1,
     first_restart: int = 0,
     rho: float = 0.75,
     alpha: float = 0.75,
 ) -> SearchResult:
-    """Untargeted Auto-PGD on the cross-entropy ("ce") or DLR ("dlr") loss.
+    """Auto-PGD on the cross-entropy ("ce"), the DLR ("dlr") or any per-example loss.
 
     Each restart starts uniformly in the eps-ball, steps with momentum and step size
     2 * eps, and halves the step size per example at the checkpoints where the loss
@@ -251,7 +251,9 @@ def apgd(
         uses fold_in(key[i], r), as in `advjax.attacks.restart_keys`.
       steps: gradient steps per restart, >= 1 (steps + 1 gradient evaluations).
       norm: "linf" (sign steps) or "l2" (steps along grad / ||grad||_2).
-      loss: "ce" (cross-entropy) or "dlr" (Difference of Logits Ratio, >= 3 classes).
+      loss: "ce" (cross-entropy), "dlr" (Difference of Logits Ratio, >= 3 classes), or a
+        function `loss_fn(logits, y) -> (batch,)` to maximise (e.g. a targeted DLR whose
+        targets are traced).
       restarts: random restarts, >= 1, run with `jax.vmap`.
       first_restart: index of the first restart (its key), to run restarts one by one.
       rho: condition-1 threshold: halve where the loss rose in < rho of the steps.
@@ -270,34 +272,9 @@ def apgd(
     Reference: Croce & Hein, "Reliable evaluation of adversarial robustness with an
     ensemble of diverse parameter-free attacks", ICML 2020.
     """
-    if loss not in _LOSS_FNS:
-        raise ValueError(f"loss={loss!r} must be one of {tuple(_LOSS_FNS)}")
-    options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
-    x, y, eps, keys = _prepare(
-        x, y, eps, key, restarts=restarts, first_restart=first_restart, **options
-    )
-    check_labels(logits_fn, x, y)
-    check_finite_logits(logits_fn, x)
-    return _run(logits_fn, _LOSS_FNS[loss], x, y, eps, keys, **options)
-
-
-def apgd_with_loss(
-    logits_fn: LogitsFn,
-    loss_fn: LossFn,
-    x: ArrayLike,
-    y: ArrayLike,
-    eps: float | ArrayLike,
-    *,
-    key: jax.Array,
-    steps: int = 100,
-    norm: str = "linf",
-    restarts: int = 1,
-    first_restart: int = 0,
-    rho: float = 0.75,
-    alpha: float = 0.75,
-) -> SearchResult:
-    """APGD on any per-example loss `loss_fn(logits, y)` to maximise (e.g. a targeted DLR
-    whose targets are traced), with the rules and arguments of `apgd`."""
+    if not callable(loss) and loss not in _LOSS_FNS:
+        raise ValueError(f"loss={loss!r} must be one of {tuple(_LOSS_FNS)} or a function")
+    loss_fn = loss if callable(loss) else _LOSS_FNS[loss]
     options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
     x, y, eps, keys = _prepare(
         x, y, eps, key, restarts=restarts, first_restart=first_restart, **options
@@ -331,30 +308,27 @@ def apgd_targeted(
     key: jax.Array,
     steps: int = 100,
     norm: str = "linf",
-    target_ranks: Sequence[int] = (2,),
+    targets: int = 9,
     restarts: int = 1,
     first_restart: int = 0,
     rho: float = 0.75,
     alpha: float = 0.75,
 ) -> SearchResult:
-    """APGD-T: APGD on the targeted DLR loss, toward each class of `target_ranks` in turn.
+    """APGD-T: APGD on the targeted DLR loss, toward each of `targets` classes in turn.
 
-    Rank r is the class with the r-th highest clean logit (2 = runner-up; AutoAttack uses
-    ranks 2..10). Targets run one after another under `lax.scan`, each with the same
-    restart keys, and the per-example worst case is kept: broken_step has shape
-    (len(target_ranks) * restarts, batch), target-major, and x_adv is the first break of
-    the earliest breaking (target, restart), else the highest-loss point. An example is
-    broken when misclassified as any class. Other arguments as in `apgd`; the result's
-    `loss` is the targeted DLR loss (>= 4 classes needed).
+    The targets are the classes ranked 2nd .. (targets + 1)th by the clean logits (2nd: the
+    runner-up; AutoAttack's 9, the default, needs 10 classes). Targets run one after
+    another under `lax.scan`, each with the same restart keys, and the per-example worst
+    case is kept: broken_step has shape (targets * restarts, batch), target-major, and
+    x_adv is the first break of the earliest breaking (target, restart), else the
+    highest-loss point. An example is broken when misclassified as any class. Other
+    arguments as in `apgd`; the result's `loss` is the targeted DLR loss (>= 4 classes
+    needed).
 
     Example:
-      >>> result = apgd_targeted(logits_fn, x, y, 8 / 255, key=key, target_ranks=range(2, 11))
+      >>> result = apgd_targeted(logits_fn, x, y, 8 / 255, key=key, targets=9)
     """
-    target_ranks = tuple(target_ranks)
-    if not target_ranks:
-        raise ValueError("target_ranks must name at least one rank (2 = runner-up class)")
-    for rank in target_ranks:
-        _check_int("each of target_ranks", rank, 2)
+    _check_int("targets", targets, 1)
     options = dict(steps=steps, norm=norm, rho=rho, alpha=alpha)
     x, y, eps, keys = _prepare(
         x, y, eps, key, restarts=restarts, first_restart=first_restart, **options
@@ -362,8 +336,10 @@ def apgd_targeted(
     check_labels(logits_fn, x, y)
     check_finite_logits(logits_fn, x)
     clean_logits = logits_fn(x)
-    if max(target_ranks) > clean_logits.shape[-1]:
-        raise ValueError(f"{target_ranks=} exceed the {clean_logits.shape[-1]} classes")
+    if targets >= clean_logits.shape[-1]:
+        raise ValueError(
+            f"targets={targets} must be at most {clean_logits.shape[-1] - 1}, the other classes"
+        )
     ranked = jnp.argsort(clean_logits, axis=-1, descending=True)
 
     def one_target(carry, rank):
@@ -373,7 +349,7 @@ def apgd_targeted(
         return keep_worst(carry, result), result.broken_step
 
     init = worst_start(x, y)
-    (x_adv, loss, _), broken_step = lax.scan(one_target, init, jnp.asarray(target_ranks))
+    (x_adv, loss, _), broken_step = lax.scan(one_target, init, jnp.arange(2, targets + 2))
     return SearchResult(x_adv, broken_step.reshape(-1, y.shape[0]), loss)
 
 
@@ -396,8 +372,8 @@ def _run_targeted(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, o
     ranked = jnp.argsort(logits_fn(x), axis=-1, descending=True)
     goal = jnp.take_along_axis(ranked, jnp.full((len(y), 1), target + 1), axis=1)[:, 0]
     loss_fn = lambda logits, labels: per_example_targeted_dlr(logits, labels, goal)  # noqa: E731
-    r = apgd_with_loss(logits_fn, loss_fn, x, y, eps, key=keys, steps=steps, norm=norm,
-                       first_restart=restart)  # fmt: skip
+    r = apgd(logits_fn, x, y, eps, key=keys, steps=steps, norm=norm, loss=loss_fn,
+             first_restart=restart)  # fmt: skip
     return BatchRun(r.x_adv, r.broken_step[0], per_case(steps + 1, y), per_case(False, y, bool))
 
 

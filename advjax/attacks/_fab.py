@@ -5,7 +5,7 @@ original point onto the linearised decision hyperplane intersected with the box 
 and moves to a convex combination of the two projections biased toward the original point;
 once an iterate is adversarial it steps back toward the original point. The smallest
 adversarial perturbation found is kept. FAB-T attacks, one at a time, the classes ranked
-2nd .. 10th by the clean logits (`target_ranks`), with one gradient per step.
+2nd .. 10th by the clean logits (`targets=9`), with one gradient per step.
 
 Reference: Croce & Hein, "Minimally distorted adversarial examples with a fast adaptive
 boundary attack", ICML 2020; fra31/auto-attack `fab_base.py`, `fab_projections.py`.
@@ -14,7 +14,6 @@ boundary attack", ICML 2020; fra31/auto-attack `fab_base.py`, `fab_projections.p
 import functools
 import math
 import numbers
-from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import chex
@@ -24,7 +23,7 @@ import numpy as np
 from jax import lax
 
 from advjax.attacks._attack import Attack, BatchRun
-from advjax.attacks._checks import check_finite_logits
+from advjax.attacks._checks import _check_inputs, check_finite_logits, check_labels
 from advjax.attacks._fab_projection import projection_l2, projection_linf
 from advjax.backend import fast_path
 from advjax.types import LogitsFn
@@ -185,7 +184,7 @@ def fab(
     *,
     key: chex.Array,
     norm: str = "linf",
-    target_ranks: Sequence[int] | chex.Array | None = tuple(range(2, 11)),
+    targets: int | None = 9,
     steps: int = 100,
     restarts: int = 1,
     alpha_max: float = 0.1,
@@ -195,10 +194,10 @@ def fab(
 ) -> FABResult:
     """Eps-bounded FAB / FAB-T attack (AutoAttack's `FABAttack_PT.perturb`).
 
-    Runs `restarts` restarts for every rank of `target_ranks` in turn (untargeted:
+    Runs `restarts` restarts for each of the `targets` target classes in turn (untargeted:
     `restarts` runs), `steps` steps each; an example is skipped once broken within eps.
     Restart 0 starts at x, restart r > 0 at x + 0.5 * min(distance found so far, eps_init)
-    along a random direction. Run (rank t + 2, restart r) of example i draws its noise from
+    along a random direction. Run (target t, restart r) of example i draws its noise from
     fold_in(fold_in(key_i, t), r) (untargeted: t = 0), so with one key per example its outcome does not depend
     on the rest of the batch (a single key is split into one per example). Examples already
     misclassified at x are returned as broken with distance 0 and x_adv = x, unattacked.
@@ -212,11 +211,9 @@ def fab(
       eps: threat-model budget, scalar or (B,): in [0, 1] for L-inf, finite >= 0 for L2.
       key: a PRNG key, or one per example (shape (B,)).
       norm: "linf" or "l2".
-      target_ranks: FAB-T (one VJP per step) toward each of these ranks of the clean
-        logits in turn (2 = runner-up class; AutoAttack's 2 .. 10, the default), each in
-        2 .. K; may be a traced integer array (one compiled program for every target, so
-        targets can run one call at a time with the keys a call over all of them uses).
-        None: untargeted FAB (full Jacobian).
+      targets: FAB-T (one VJP per step) toward the classes ranked 2nd .. (targets + 1)th by
+        the clean logits, in turn (AutoAttack's 9, the default), in 1 .. K - 1; None:
+        untargeted FAB (full Jacobian).
       steps: iterations per run, >= 1.
       restarts: runs per target, >= 1.
       alpha_max: cap on the bias toward the original point, in [0, 1].
@@ -241,17 +238,21 @@ def fab(
       Croce & Hein, ICML 2020, https://arxiv.org/abs/1907.02044;
       https://github.com/fra31/auto-attack (fab_base.py, fab_projections.py).
     """
+    if targets is not None:
+        _check_int("targets", targets, 1)
+    ranks = None if targets is None else tuple(range(2, targets + 2))
+    return _fab_ranks(logits_fn, x, y, eps, key, ranks, norm, steps, restarts, alpha_max, eta,
+                      beta, eps_init)  # fmt: skip
+
+
+def _fab_ranks(logits_fn, x, y, eps, key, target_ranks, norm="linf", steps=100, restarts=1,
+               alpha_max=0.1, eta=1.05, beta=0.9, eps_init=None) -> FABResult:  # fmt: skip
+    """`fab` toward the classes of `target_ranks` (rank r: the r-th highest clean logit) in
+    turn, None for untargeted; the ranks may be a traced integer array, so the runners run
+    one target per call with one compiled program for every target."""
     if norm not in _NORMS:
         raise ValueError(f"norm={norm!r} must be one of {_NORMS}")
-    x, y = jnp.asarray(x), jnp.asarray(y)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise TypeError(f"x must be floating point pixels in [0, 1], got dtype {x.dtype}")
-    if not jnp.issubdtype(y.dtype, jnp.integer):
-        raise TypeError(f"y must hold integer class labels, got dtype {y.dtype}")
-    if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0]:
-        raise ValueError(
-            f"x must be (B, ...) and y (B,) with the same B, got {x.shape} and {y.shape}"
-        )
+    x, y = _check_inputs(x, y)
     batch = x.shape[0]
     _check_int("steps", steps, 1)
     _check_int("restarts", restarts, 1)
@@ -262,12 +263,8 @@ def fab(
     eps_init = eps if eps_init is None else _check_budget("eps_init", eps_init, norm, batch)
     if batch == 0:
         return FABResult(x_adv=x, broken=jnp.zeros((0,), bool), distance=jnp.zeros((0,), x.dtype))
-    logits_shape = jax.eval_shape(logits_fn, x).shape
-    if len(logits_shape) != 2 or logits_shape[0] != batch:
-        raise ValueError(
-            f"logits_fn must map x to logits of shape ({batch}, K), got {logits_shape}"
-        )
-    n_classes = logits_shape[1]
+    check_labels(logits_fn, x, y)
+    n_classes = jax.eval_shape(logits_fn, x).shape[1]
     if n_classes < 2:
         raise ValueError(f"logits_fn must return at least 2 classes, got {n_classes}")
     targeted = target_ranks is not None
@@ -283,15 +280,8 @@ def fab(
         )
     if _is_concrete(ranks) and not (int(ranks.min()) >= 2 and int(ranks.max()) <= n_classes):
         raise ValueError(
-            f"target_ranks={target_ranks!r} must lie in 2 .. {n_classes} (the classes)"
-        )
-    if _is_concrete(x) and not (float(jnp.min(x)) >= 0 and float(jnp.max(x)) <= 1):
-        raise ValueError(
-            f"x must lie in [0, 1], got values in [{float(jnp.min(x))}, {float(jnp.max(x))}]"
-        )
-    if _is_concrete(y) and (int(jnp.min(y)) < 0 or int(jnp.max(y)) >= n_classes):
-        raise ValueError(
-            f"y must lie in [0, {n_classes}), got values in [{int(jnp.min(y))}, {int(jnp.max(y))}]"
+            f"targets (target ranks {target_ranks!r}) must lie in 1 .. {n_classes - 1}, the "
+            "other classes"
         )
     check_finite_logits(logits_fn, x)
     logits_fn = fast_path(logits_fn)
@@ -338,11 +328,8 @@ def fab(
 def _declare(targeted: bool):
     def run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -> BatchRun:
         del restart, options
-        r = fab(
-            logits_fn, x, y, eps, key=keys, norm=norm,
-            target_ranks=jnp.reshape(target + 2, (1,)) if targeted else None, steps=steps,
-            restarts=1, eps_init=eps,
-        )  # fmt: skip
+        ranks = jnp.reshape(target + 2, (1,)) if targeted else None
+        r = _fab_ranks(logits_fn, x, y, eps, keys, ranks, norm, steps, restarts=1, eps_init=eps)
         broken = jnp.where(r.broken & (r.distance <= eps), 2 * steps + 1, -1).astype(jnp.int32)
         queries = jnp.full(y.shape, 2 * steps + 1, jnp.int32)
         return BatchRun(r.x_adv, broken, queries, jnp.zeros(y.shape, bool))
@@ -352,7 +339,7 @@ def _declare(targeted: bool):
 
     return Attack(
         name="fab-t" if targeted else "fab", run=run,
-        function=fab if targeted else functools.partial(fab, target_ranks=None), norms=("linf", "l2"), targeted=targeted,
+        function=fab if targeted else functools.partial(fab, targets=None), norms=("linf", "l2"), targeted=targeted,
         kind="gradient", queries=lambda steps: 2 * steps + 1,
         passes=passes, options=("targets",) if targeted else (), restarts=False,
         reference="Croce & Hein, ICML 2020 (FAB)",

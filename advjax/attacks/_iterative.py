@@ -347,17 +347,17 @@ def gradient_attack(
 ) -> Attack:
     """An iterative gradient attack from its step rule: the function users call
     (`attack(logits_fn, x, y, eps, *, key, steps, step_size, restarts, norm, loss, target,
-    **hyper)`, the adversarial batch), and its declaration for every runner (campaigns step it
+    **hyper)` -> `SearchResult`), and its declaration for every runner (campaigns step it
     in chunks, AutoAttack runs it as a member), its key stream taken from its name."""
 
     def function(
         logits_fn, x, y, eps, *, key, steps=default_steps, step_size=None, restarts=1,
         norm="linf", loss="ce", target=None, **hyper,
-    ) -> Array:  # fmt: skip
+    ) -> SearchResult:  # fmt: skip
         return search(
             rule, logits_fn, x, y, eps, key=key, steps=steps, step_size=step_size,
             restarts=restarts, norm=norm, loss=loss, target=target, **hyper,
-        ).x_adv  # fmt: skip
+        )  # fmt: skip
 
     function.__name__ = function.__qualname__ = name.replace("-", "_")
     function.__doc__ = f"{name}: an iterative gradient attack ({reference}); see `search`."

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from advjax.attacks._apgd import SearchResult, apgd_with_loss, keep_worst, worst_start
+from advjax.attacks._apgd import SearchResult, apgd, keep_worst, worst_start
 from advjax.attacks._attack import Attack, BatchRun, per_case
 from advjax.attacks._checks import _check_inputs, check_finite_logits, check_labels
 from advjax.attacks._losses import per_example_targeted_dlr
@@ -64,8 +64,8 @@ def malt(
     """APGD-T toward the `targets` nearest classes by MALT's linear estimate, in turn.
 
     Args and result as in `advjax.attacks.apgd_targeted` (broken_step has shape
-    (targets * restarts, batch), target-major), with `targets` in 1 .. classes - 1 in
-    place of `target_ranks`. Target t of case i draws its restarts from
+    (targets * restarts, batch), target-major), the targets ordered by MALT's estimate
+    rather than by the clean logits. Target t of case i draws its restarts from
     fold_in(key_i, t). Per case: the first breaking target's point, else the
     highest-loss one, as in `apgd_targeted`.
 
@@ -88,8 +88,8 @@ def malt(
         goal = order[:, t]
         loss_fn = lambda logits, labels, g=goal: per_example_targeted_dlr(logits, labels, g)  # noqa: E731
         run_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, t)
-        r = apgd_with_loss(logits_fn, loss_fn, x, y, eps, key=run_keys, steps=steps, norm=norm,
-                           restarts=restarts)  # fmt: skip
+        r = apgd(logits_fn, x, y, eps, key=run_keys, steps=steps, norm=norm, loss=loss_fn,
+                 restarts=restarts)  # fmt: skip
         carry, steps_broken = keep_worst(carry, r), [*steps_broken, r.broken_step]
     return SearchResult(carry[0], jnp.concatenate(steps_broken, axis=0), carry[1])
 
@@ -104,8 +104,8 @@ def _run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -
     order = malt_targets(fast_path(logits_fn), x, y, norm=norm)
     goal = lax.dynamic_index_in_dim(order, target, axis=1, keepdims=False)
     loss_fn = lambda logits, labels: per_example_targeted_dlr(logits, labels, goal)  # noqa: E731
-    r = apgd_with_loss(logits_fn, loss_fn, x, y, eps, key=keys, steps=steps, norm=norm,
-                       first_restart=restart)  # fmt: skip
+    r = apgd(logits_fn, x, y, eps, key=keys, steps=steps, norm=norm, loss=loss_fn,
+             first_restart=restart)  # fmt: skip
     return BatchRun(r.x_adv, r.broken_step[0], per_case(steps + 2, y), per_case(False, y, bool))
 
 

@@ -20,8 +20,9 @@ from advjax.attacks._iterative import (
     one_restart,
     search,
 )
+from advjax.attacks._losses import attack_loss, attack_success
 from advjax.backend import fast_path
-from advjax.types import Array, ArrayLike, LogitsFn
+from advjax.types import ArrayLike, LogitsFn
 
 
 def _pgd_step(x_adv, grad, carry, *, norm, step_size):
@@ -39,7 +40,7 @@ def fgsm(
     eps: float | ArrayLike,
     *,
     norm: str = "linf",
-) -> Array:
+) -> SearchResult:
     """Fast Gradient Sign Method: one signed-gradient step of size eps, clipped to [0, 1].
 
     With `norm="l2"` it is the fast gradient method: one step of L2 length eps along the
@@ -53,14 +54,16 @@ def fgsm(
       norm: "linf" or "l2".
 
     Returns:
-      The adversarial batch, same shape and dtype as x.
+      A `SearchResult`: x_adv (the adversarial batch, same shape and dtype as x),
+      broken_step (shape (1, batch): 0 where x itself is misclassified, 1 where x_adv is,
+      else -1) and the cross-entropy at x_adv.
 
     Raises:
       ValueError / TypeError: eps outside its range or NaN; unknown norm; wrong ranks,
         shapes or dtypes.
 
     Example:
-      >>> x_adv = fgsm(logits_fn, x, y, eps=8 / 255)
+      >>> x_adv = fgsm(logits_fn, x, y, eps=8 / 255).x_adv
 
     Reference: Goodfellow, Shlens & Szegedy, "Explaining and Harnessing Adversarial
     Examples", ICLR 2015.
@@ -69,14 +72,20 @@ def fgsm(
     x, y = _check_inputs(x, y)
     check_labels(logits_fn, x, y)
     eps = jnp.asarray(eps, x.dtype)
-    losses, _, grad = loss_and_grad(fast_path(logits_fn), x, y)
+    logits_fn = fast_path(logits_fn)
+    losses, logits, grad = loss_and_grad(logits_fn, x, y)
     if _is_concrete(losses) and not bool(jnp.all(jnp.isfinite(losses))):
         raise ValueError("logits_fn returned NaN or infinite logits on the clean inputs x")
     chex.assert_equal_shape((grad, x))
-    return jnp.clip(x + eps * norms.ascent_direction(grad, norm), 0.0, 1.0)
+    x_adv = jnp.clip(x + eps * norms.ascent_direction(grad, norm), 0.0, 1.0)
+    logits_adv = logits_fn(x_adv)
+    broken = jnp.where(
+        attack_success(logits, y), 0, jnp.where(attack_success(logits_adv, y), 1, -1)
+    ).astype(jnp.int32)
+    return SearchResult(x_adv, broken[None], attack_loss("ce")(logits_adv, y))
 
 
-def pgd_search(
+def pgd(
     logits_fn: LogitsFn,
     x: ArrayLike,
     y: ArrayLike,
@@ -91,34 +100,6 @@ def pgd_search(
     loss: str = "ce",
     target: ArrayLike | None = None,
 ) -> SearchResult:
-    """PGD with per-example first-break tracking; see `pgd` for the arguments.
-
-    Returns a `SearchResult` holding the adversarial batch, the step at which each example
-    first broke in each restart, and the final loss, so that attack-budget curves (robust
-    accuracy against steps and restarts) come out of one run. `first_restart` numbers the
-    restarts from there (their keys, see `restart_keys`), to run them one at a time. With
-    a `target`, "broken" means predicted as the target.
-    """
-    return search(
-        PGD_RULE, logits_fn, x, y, eps, key=key, steps=steps, step_size=step_size,
-        restarts=restarts, first_restart=first_restart, norm=norm, loss=loss, target=target,
-    )  # fmt: skip
-
-
-def pgd(
-    logits_fn: LogitsFn,
-    x: ArrayLike,
-    y: ArrayLike,
-    eps: float | ArrayLike,
-    *,
-    key: jax.Array,
-    steps: int = 20,
-    step_size: float | ArrayLike | None = None,
-    restarts: int = 1,
-    norm: str = "linf",
-    loss: str = "ce",
-    target: ArrayLike | None = None,
-) -> Array:
     """Projected Gradient Descent with uniform random start and vmapped restarts.
 
     Each restart starts uniformly in the eps-ball, takes `steps` steepest-ascent steps of
@@ -137,37 +118,33 @@ def pgd(
       steps: number of gradient steps, >= 1.
       step_size: step in pixel units; default eps / 4.
       restarts: number of random restarts, >= 1, run with `jax.vmap`.
+      first_restart: index of the first restart (its key, see `restart_keys`), to run
+        restarts one at a time.
       norm: "linf" (eps in [0, 1]) or "l2" (eps >= 0).
       loss: "ce" (cross-entropy) or "margin" (the CW margin loss, `per_example_margin`).
       target: optional target class per example (each different from y): a targeted
         attack that descends the target's loss.
 
     Returns:
-      The adversarial batch, same shape and dtype as x.
+      A `SearchResult`: x_adv (the adversarial batch, same shape and dtype as x), for each
+      restart and example the step after which it first broke (-1 never), and the loss at
+      x_adv; attack-budget curves (robust accuracy against steps and restarts) come out of
+      one run.
 
     Raises:
       ValueError / TypeError: eps outside its range or NaN, steps or restarts < 1, unknown
         norm or loss, a target equal to the label, wrong ranks, shapes or dtypes.
 
     Example:
-      >>> x_adv = pgd(logits_fn, x, y, 8 / 255, key=jax.random.key(0), steps=20)
+      >>> x_adv = pgd(logits_fn, x, y, 8 / 255, key=jax.random.key(0), steps=20).x_adv
 
     Reference: Madry et al., "Towards Deep Learning Models Resistant to Adversarial
     Attacks", ICLR 2018.
     """
-    return pgd_search(
-        logits_fn,
-        x,
-        y,
-        eps,
-        key=key,
-        steps=steps,
-        step_size=step_size,
-        restarts=restarts,
-        norm=norm,
-        loss=loss,
-        target=target,
-    ).x_adv
+    return search(
+        PGD_RULE, logits_fn, x, y, eps, key=key, steps=steps, step_size=step_size,
+        restarts=restarts, first_restart=first_restart, norm=norm, loss=loss, target=target,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------
@@ -176,7 +153,7 @@ def pgd(
 
 def _run_fgsm(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -> BatchRun:
     del keys, restart, target, steps, options
-    x_adv = fgsm(logits_fn, x, y, eps, norm=norm)
+    x_adv = fgsm(logits_fn, x, y, eps, norm=norm).x_adv
     wrong = jnp.argmax(logits_fn(x_adv), axis=-1) != y
     return BatchRun(x_adv, jnp.where(wrong, 1, -1).astype(jnp.int32), per_case(1, y),
                     per_case(False, y, bool))  # fmt: skip
@@ -206,7 +183,7 @@ def _run_pgd_targeted(
     return BatchRun(x_adv, broken, per_case(steps, y), per_case(False, y, bool))
 
 
-def _pgd_targeted(logits_fn, x, y, eps, *, target, **options) -> Array:
+def _pgd_targeted(logits_fn, x, y, eps, *, target, **options) -> SearchResult:
     """`pgd` towards each case's `target` class (required)."""
     return pgd(logits_fn, x, y, eps, target=target, **options)
 

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from advjax._jit_argument import as_jit_argument
-from advjax.attacks import fgsm, pgd_search
+from advjax.attacks import fgsm, pgd
 from advjax.types import LogitsFn
 
 ATTACKS = ("fgsm", "pgd")
@@ -18,9 +18,9 @@ ATTACKS = ("fgsm", "pgd")
 @functools.partial(jax.jit, static_argnames=("attack", "steps", "restarts", "step_fraction"))
 def _attack_program(logits_fn, x, y, eps, key, *, attack, steps, restarts, step_fraction):
     if attack == "fgsm":
-        x_adv, broken = fgsm(logits_fn, x, y, eps), None
+        x_adv, broken = fgsm(logits_fn, x, y, eps).x_adv, None
     else:
-        result = pgd_search(
+        result = pgd(
             logits_fn,
             x,
             y,

@@ -122,7 +122,7 @@ def make_program(logits_fn: LogitsFn, spec: AttackSpec, source_fn: LogitsFn | No
     """The attack's jitted pieces; inputs are crafted on `source_fn` when given (transfer).
 
     A transfer attack tracks breaks on the surrogate (it stops where the surrogate is
-    fooled, as `pgd_search` would) and reports broken_step -1: no search ran on the target.
+    fooled, as `pgd` would) and reports broken_step -1: no search ran on the target.
     The logits functions are arguments of the compiled pieces (`as_jit_argument`), so
     models of one architecture share them.
     """

@@ -42,7 +42,7 @@ def records_from_arrays(
       x, x_adv: clean and adversarial inputs, shape (n, ...).
       queries: per case, or one int for all.
       broken_step: optional (restarts, n) first-break steps, -1 = never (as
-        `advjax.attacks.pgd_search` returns); None for attacks without tracking.
+        `advjax.attacks.pgd` returns); None for attacks without tracking.
       budget_capped: optional per-case flags (see `classify_status`).
       key_path_prefix: the fold_in path down to the batch; each record gets prefix + [case_id].
 

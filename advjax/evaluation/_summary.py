@@ -27,7 +27,6 @@ from typing import Any
 
 from advjax.evaluation._sanity import Check
 from advjax.evaluation._threat_model import ThreatModel
-from advjax.records import atomic_write_json
 
 SCHEMA = "advjax.run_summary/1"
 
@@ -88,22 +87,6 @@ def run_summary(
         "sanity_passed": bool(checks) and all(c["passed"] for c in checks),
         "extra": dict(extra or {}),
     }
-
-
-def write_run_summary(
-    path: str | os.PathLike,
-    aggregates: Sequence[dict],
-    checks: Sequence[Check | Mapping[str, Any]],
-    threat_model: ThreatModel,
-    *,
-    extra: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write `run_summary(...)` to `path` atomically and return the path.
-
-    Example:
-      >>> write_run_summary(out / "summary.json", aggregate_records(records), checks, tm)
-    """
-    return atomic_write_json(path, run_summary(aggregates, checks, threat_model, extra=extra))
 
 
 def _rate_ok(r: Any) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
-from advjax.attacks import SearchResult, apgd, apgd_targeted, pgd_search
+from advjax.attacks import SearchResult, apgd, apgd_targeted, pgd
 from advjax.attacks import _apgd as apgd_module
 from advjax.attacks._losses import (
     per_example_cross_entropy,
@@ -45,7 +45,7 @@ def _flat_logits_fn(x: jax.Array) -> jax.Array:
 
 @functools.cache
 def _attack(
-    kind="ce", norm="linf", steps=STEPS, restarts=1, first_restart=0, model="linear", ranks=(2, 3)
+    kind="ce", norm="linf", steps=STEPS, restarts=1, first_restart=0, model="linear", targets=2
 ):
     """A jitted attack (x, y, eps, key) -> SearchResult; eps and key traced, the rest static."""
     logits_fn = LINEAR if model == "linear" else _flat_logits_fn
@@ -53,7 +53,7 @@ def _attack(
 
     def run(x, y, eps, key):
         if kind == "targeted":
-            return apgd_targeted(logits_fn, x, y, eps, key=key, target_ranks=ranks, **options)
+            return apgd_targeted(logits_fn, x, y, eps, key=key, targets=targets, **options)
         return apgd(logits_fn, x, y, eps, key=key, loss=kind, **options)
 
     return jax.jit(run)
@@ -184,12 +184,12 @@ def test_restarts_keep_the_first_break_else_the_highest_loss(loss="dlr"):
 
 
 def test_targeted_runs_each_target_rank_and_keeps_the_worst_case():
-    """apgd_targeted over ranks (2, 3) starts with the rows of the rank-2 run (same keys,
+    """apgd_targeted over 2 targets (ranks 2, 3) starts with the rows of the 1-target run (same keys,
     same point where rank 2 broke), and breaks an example exactly where a row does."""
     x, y = _linear_setup()
     eps = 0.012
     both = _attack("targeted", "linf", restarts=2)(x, y, eps, KEY)
-    rank2 = _attack("targeted", "linf", restarts=2, ranks=(2,))(x, y, eps, KEY)
+    rank2 = _attack("targeted", "linf", restarts=2, targets=1)(x, y, eps, KEY)
     chex.assert_shape(both.broken_step, (4, N))
     np.testing.assert_array_equal(np.asarray(both.broken_step[:2]), np.asarray(rank2.broken_step))
     broken = (np.asarray(both.broken_step) >= 0).any(axis=0)
@@ -294,8 +294,8 @@ _BAD = {
     "int x": (dict(x=(_X * 255).astype(np.uint8)), TypeError, "dtype"),
     "float y": (dict(y=_Y.astype(np.float32)), TypeError, "dtype"),
     "mismatched batch sizes": (dict(y=_Y[:3]), ValueError, "shape"),
-    "target rank 1": (dict(target_ranks=(1, 2)), ValueError, "target_ranks"),
-    "no target ranks": (dict(target_ranks=()), ValueError, "target_ranks"),
+    "no targets": (dict(targets=0), ValueError, "targets"),
+    "float targets": (dict(targets=2.0), ValueError, "targets"),
 }
 
 
@@ -313,20 +313,20 @@ class _RecordingLogitsFn:
 @pytest.mark.parametrize("case", list(_BAD))
 def test_bad_arguments_raise_clear_error_before_tracing(case):
     """Bad eps (per norm), norm, loss, steps, restarts, rho, alpha, key, dtypes, shapes or
-    target ranks raise ValueError/TypeError naming the problem; logits_fn is never called."""
+    targets raise ValueError/TypeError naming the problem; logits_fn is never called."""
     overrides, error, fragment = _BAD[case]
     args = {"x": _X, "y": _Y, "eps": EPS, "key": KEY, **overrides}
-    attack = apgd_targeted if "target_ranks" in args else apgd
+    attack = apgd_targeted if "targets" in args else apgd
     logits_fn = _RecordingLogitsFn()
     with pytest.raises(error, match=fragment):
         attack(logits_fn, args.pop("x"), args.pop("y"), args.pop("eps"), **args)
     assert logits_fn.calls == 0
 
 
-def test_target_rank_above_the_number_of_classes_raises():
-    """Target rank 11 with 10 classes raises ValueError before the attack runs."""
-    with pytest.raises(ValueError, match="classes"):
-        apgd_targeted(LINEAR, _X, _Y, EPS, key=KEY, target_ranks=(2, 11))
+def test_more_targets_than_other_classes_raises():
+    """10 targets with 10 classes (9 others) raise ValueError before the attack runs."""
+    with pytest.raises(ValueError, match="other classes"):
+        apgd_targeted(LINEAR, _X, _Y, EPS, key=KEY, targets=10)
 
 
 # ---------------------------------------------------------------------------
@@ -353,7 +353,7 @@ def cnn_accuracy(trained_model):
     logits_fn = eval_logits_fn(model, variables)
     options = dict(key=jax.random.key(7), steps=CNN_STEPS)
     attacks = {
-        "pgd": jax.jit(lambda x, y, e: pgd_search(logits_fn, x, y, e, **options)),
+        "pgd": jax.jit(lambda x, y, e: pgd(logits_fn, x, y, e, **options)),
         "apgd_ce": jax.jit(lambda x, y, e: apgd(logits_fn, x, y, e, **options)),
         "apgd_dlr": jax.jit(
             lambda x, y, e: apgd(
@@ -415,9 +415,7 @@ class JitOfTheCallerTest(chex.TestCase):
 
             def run(x, y, eps, key, kind=kind):
                 if kind == "targeted":
-                    return apgd_targeted(
-                        LINEAR, x, y, eps, key=key, target_ranks=(2, 3), steps=STEPS
-                    )
+                    return apgd_targeted(LINEAR, x, y, eps, key=key, targets=2, steps=STEPS)
                 return apgd(LINEAR, x, y, eps, key=key, loss="ce", steps=STEPS)
 
             actual = self.variant(run)(x, y, EPS, KEY)

@@ -10,6 +10,7 @@ import pytest
 from conftest import linear_boundary_case, tanh_mlp, tanh_mlp_batch
 
 from advjax.attacks import fab
+from advjax.attacks._fab import _fab_ranks
 from advjax.attacks._fab_projection import projection_l2, projection_linf
 
 _MLP = tanh_mlp()
@@ -64,23 +65,23 @@ def test_linear_distance_is_closed_form(norm, n_classes):
     logits_fn, x, y, refs = linear_boundary_case(n_classes, classes=n_classes, batch=6)
     eps = 1.0 if norm == "linf" else 10.0
     attack = functools.partial(fab, logits_fn, x, y, eps, key=jax.random.key(0), norm=norm)
-    fine = attack(eta=1.001, target_ranks=range(2, n_classes + 1))
+    fine = attack(eta=1.001, targets=n_classes - 1)
     assert np.all(fine.broken)
     np.testing.assert_allclose(fine.distance, refs[norm], rtol=1e-3)
     assert np.all(fine.distance >= refs[norm] * (1 - 1e-5))
     if n_classes == 2:
-        default = attack(target_ranks=(2,))
+        default = attack(targets=1)
         assert np.all(default.distance >= refs[norm] * (1 - 1e-5))
         assert np.all(default.distance <= refs[norm] * 1.05)
 
 
 def test_untargeted_linear_distance():
     logits_fn, x, y, refs = linear_boundary_case(7, classes=4, batch=6)
-    res = fab(logits_fn, x, y, 1.0, key=jax.random.key(0), target_ranks=None, eta=1.001)
+    res = fab(logits_fn, x, y, 1.0, key=jax.random.key(0), targets=None, eta=1.001)
     np.testing.assert_allclose(res.distance, refs["linf"], rtol=1e-3)
 
 
-_SMALL = dict(steps=20, restarts=2, target_ranks=(2, 3, 4))
+_SMALL = dict(steps=20, restarts=2, targets=3)
 
 
 @functools.cache
@@ -158,9 +159,9 @@ def test_at_least_as_strong_as_pgd():
         (dict(norm="l1"), ValueError, "norm='l1'"),
         (dict(steps=0), ValueError, "steps=0"),
         (dict(restarts=1.5), TypeError, "restarts"),
-        (dict(target_ranks=range(2, 12)), ValueError, "target_ranks=range"),
-        (dict(target_ranks=(1,)), ValueError, "target_ranks"),
-        (dict(target_ranks=()), ValueError, "target_ranks"),
+        (dict(targets=10), ValueError, r"targets .* must lie in 1 \.\. 9"),
+        (dict(targets=0), ValueError, "targets=0"),
+        (dict(targets=1.0), TypeError, "targets"),
         (dict(beta=0.0), ValueError, "beta"),
         (dict(eta=0.5), ValueError, "eta"),
         (dict(alpha_max=2.0), ValueError, "alpha_max"),
@@ -188,16 +189,15 @@ def test_empty_batch():
 
 @pytest.mark.slow
 def test_targets_one_call_at_a_time_equal_one_call_over_all():
-    """`target_ranks` lets the caller run targets one by one (a traced rank each, one
-    program), dropping the cases broken so far, with the same outcome per case as one call
-    over every target."""
+    """The runners' form of FAB-T runs targets one by one (a traced rank each, one program),
+    dropping the cases broken so far, with the same outcome per case as `fab` over every
+    target in one call."""
     logits_fn, x, y = tanh_mlp_batch(batch=8)
     keys = jax.random.split(jax.random.key(5), y.shape[0])
-    whole = fab(logits_fn, x, y, 0.03, key=keys, target_ranks=(2, 3, 4), steps=10)
+    whole = fab(logits_fn, x, y, 0.03, key=keys, targets=3, steps=10)
     broken = np.zeros(y.shape, bool)
     dist = np.full(y.shape, np.inf, np.float32)
-    one = jax.jit(lambda x, y, k, rank: fab(logits_fn, x, y, 0.03, key=k, steps=10,
-                                            target_ranks=rank[None]))  # fmt: skip
+    one = jax.jit(lambda x, y, k, rank: _fab_ranks(logits_fn, x, y, 0.03, k, rank[None], steps=10))
     for rank in (2, 3, 4):
         rest = np.flatnonzero(~broken)
         part = one(x[rest], y[rest], keys[rest], jnp.int32(rank))

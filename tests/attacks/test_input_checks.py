@@ -20,12 +20,12 @@ X = np.asarray(jax.random.uniform(jax.random.key(1), (6, 4, 4, 3)))
 Y = np.asarray(jnp.argmax(logits_fn(X), -1))
 KEY = jax.random.key(2)
 ATTACKS = {
-    "fgsm": lambda x, y, key: fgsm(logits_fn, x, y, 0.03),
-    "pgd": lambda x, y, key: pgd(logits_fn, x, y, 0.03, key=key, steps=2),
+    "fgsm": lambda x, y, key: fgsm(logits_fn, x, y, 0.03).x_adv,
+    "pgd": lambda x, y, key: pgd(logits_fn, x, y, 0.03, key=key, steps=2).x_adv,
     "apgd": lambda x, y, key: apgd(logits_fn, x, y, 0.03, key=key, steps=2),
     "apgd_targeted": lambda x, y, key: apgd_targeted(logits_fn, x, y, 0.03, key=key, steps=2),
     "square_linf": lambda x, y, key: square_linf(logits_fn, x, y, 0.03, key=key, queries=3),
-    "fab": lambda x, y, key: fab(logits_fn, x, y, 0.03, key=key, steps=2, target_ranks=(2,)),
+    "fab": lambda x, y, key: fab(logits_fn, x, y, 0.03, key=key, steps=2, targets=1),
 }
 
 

@@ -51,7 +51,7 @@ def test_each_iterate_follows_the_papers_algorithm(norm, eps):
         state = rule.run_steps(logits_fn, state, jnp.asarray(x), y, eps, eps / steps, k, k + 1,
                                norm=norm)  # fmt: skip
         np.testing.assert_allclose(state.x_adv, reference[k + 1], atol=2e-5)
-    ours = np.asarray(MI_FGSM(logits_fn, x, y, eps, key=KEY, steps=steps, norm=norm))
+    ours = np.asarray(MI_FGSM(logits_fn, x, y, eps, key=KEY, steps=steps, norm=norm).x_adv)
     for i in range(len(y)):
         wrong = [
             k for k, it in enumerate(reference) if (it[i].reshape(-1) @ w + b).argmax() != y[i]
@@ -65,7 +65,7 @@ def test_each_iterate_follows_the_papers_algorithm(norm, eps):
 def test_points_stay_in_the_ball_and_the_box(norm, eps):
     logits_fn = make_linear_logits_fn(1)
     x, y = make_linear_batch(1, n=16)
-    x_adv = MI_FGSM(logits_fn, x, y, eps, key=KEY, steps=7, norm=norm)
+    x_adv = MI_FGSM(logits_fn, x, y, eps, key=KEY, steps=7, norm=norm).x_adv
     assert float(jnp.min(x_adv)) >= 0 and float(jnp.max(x_adv)) <= 1
     size = np.asarray(perturbation_norm(x_adv - x, norm))
     assert (size <= eps * (1 + 1e-5) + 1e-6).all()
@@ -75,9 +75,9 @@ def test_eps_zero_returns_the_input_and_one_step_without_momentum_is_fgsm():
     logits_fn = make_linear_logits_fn(2)
     x, _ = make_linear_batch(2, n=8)
     y = np.asarray(jnp.argmax(logits_fn(x), -1), np.int32)  # attacked from a correct start
-    np.testing.assert_array_equal(MI_FGSM(logits_fn, x, y, 0.0, key=KEY), x)
-    one = MI_FGSM(logits_fn, x, y, 8 / 255, key=KEY, steps=1, decay=0.0)
-    np.testing.assert_allclose(one, fgsm(logits_fn, x, y, 8 / 255), atol=1e-7)
+    np.testing.assert_array_equal(MI_FGSM(logits_fn, x, y, 0.0, key=KEY).x_adv, x)
+    one = MI_FGSM(logits_fn, x, y, 8 / 255, key=KEY, steps=1, decay=0.0).x_adv
+    np.testing.assert_allclose(one, fgsm(logits_fn, x, y, 8 / 255).x_adv, atol=1e-7)
 
 
 def test_momentum_changes_the_path():
@@ -85,8 +85,8 @@ def test_momentum_changes_the_path():
     logits_fn = make_linear_logits_fn(3)
     x, _ = make_linear_batch(3, n=8)
     y = np.asarray(jnp.argmax(logits_fn(x), -1), np.int32)
-    with_m = MI_FGSM(logits_fn, x, y, 0.5, key=KEY, steps=5, norm="l2")
-    without = MI_FGSM(logits_fn, x, y, 0.5, key=KEY, steps=5, norm="l2", decay=0.0)
+    with_m = MI_FGSM(logits_fn, x, y, 0.5, key=KEY, steps=5, norm="l2").x_adv
+    without = MI_FGSM(logits_fn, x, y, 0.5, key=KEY, steps=5, norm="l2", decay=0.0).x_adv
     assert not np.allclose(with_m, without)
     with pytest.raises(TypeError, match="unknown hyper-parameter.*momentum"):
         MI_FGSM(logits_fn, x, y, 0.5, key=KEY, momentum=0.5)
@@ -118,7 +118,7 @@ def test_the_runners_take_it_from_the_registry_alone(tmp_path):
     run_attack(log, threat_model=ThreatModel(eps=(eps,), steps=10, norm="l2"), spec=spec,
                model="m", model_hash="h", logits_fn=logits_fn, x=x, y=y, case_ids=np.arange(20),
                key=KEY, show_progress=False, log_line=lambda _: None)  # fmt: skip
-    alone = MI_FGSM(logits_fn, x, y, eps, key=KEY, steps=10, norm="l2")
+    alone = MI_FGSM(logits_fn, x, y, eps, key=KEY, steps=10, norm="l2").x_adv
     broken = np.asarray(jnp.argmax(logits_fn(alone), -1)) != y
     records = sorted(log.read(), key=lambda r: r.case_id)
     assert [r.status == "success" for r in records] == list(broken)

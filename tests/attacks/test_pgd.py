@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import linear_weights, make_linear_batch, make_linear_logits_fn, numpy_ce_and_grad
 
-from advjax.attacks import SearchResult, fgsm, pgd, pgd_search
+from advjax.attacks import SearchResult, fgsm, pgd
 from advjax.attacks import _pgd as attacks
 from advjax.attacks._iterative import restart_keys
 from advjax.attacks._iterative import single_restart as single
@@ -50,9 +50,9 @@ def _pred_wrong(logits_fn, x, y) -> np.ndarray:
 
 @pytest.mark.parametrize("eps", [1 / 255, EPS, 0.3, 1.0])
 def test_fgsm_stays_in_eps_ball_and_unit_box(eps):
-    """|fgsm(x) - x| <= eps and fgsm(x) in [0, 1], for small and large eps."""
+    """|fgsm(x).x_adv - x| <= eps and fgsm(x).x_adv in [0, 1], for small and large eps."""
     logits_fn, x, y = _linear_setup()
-    x_adv = fgsm(logits_fn, x, y, eps)
+    x_adv = fgsm(logits_fn, x, y, eps).x_adv
     _assert_in_ball(x_adv, x, eps)
     # Away from the box edges FGSM moves every pixel by exactly eps (gradients are nonzero).
     interior = (x > eps) & (x < 1 - eps)
@@ -62,21 +62,19 @@ def test_fgsm_stays_in_eps_ball_and_unit_box(eps):
 
 @pytest.mark.parametrize("eps,step_size,restarts", [(EPS, 3 * EPS, 2), (1.0, None, 1)])
 def test_pgd_stays_in_eps_ball_and_unit_box(eps, step_size, restarts):
-    """|pgd(x) - x| <= eps and pgd(x) in [0, 1], also with step_size > eps and restarts."""
+    """|pgd(x).x_adv - x| <= eps and pgd(x).x_adv in [0, 1], also with step_size > eps and restarts."""
     logits_fn, x, y = _linear_setup()
-    result = pgd_search(
-        logits_fn, x, y, eps, key=KEY, steps=3, step_size=step_size, restarts=restarts
-    )
+    result = pgd(logits_fn, x, y, eps, key=KEY, steps=3, step_size=step_size, restarts=restarts)
     _assert_in_ball(result.x_adv, x, eps)
 
 
 def test_eps_zero_is_exact_identity():
     """eps = 0 returns x bit-for-bit, for FGSM and for PGD (even with a nonzero step size)."""
     logits_fn, x, y = _linear_setup()
-    np.testing.assert_array_equal(np.asarray(fgsm(logits_fn, x, y, 0.0)), x)
-    np.testing.assert_array_equal(np.asarray(pgd(logits_fn, x, y, 0.0, key=KEY, steps=3)), x)
+    np.testing.assert_array_equal(np.asarray(fgsm(logits_fn, x, y, 0.0).x_adv), x)
+    np.testing.assert_array_equal(np.asarray(pgd(logits_fn, x, y, 0.0, key=KEY, steps=3).x_adv), x)
     np.testing.assert_array_equal(
-        np.asarray(pgd(logits_fn, x, y, 0, key=KEY, steps=2, step_size=0.1, restarts=2)), x
+        np.asarray(pgd(logits_fn, x, y, 0, key=KEY, steps=2, step_size=0.1, restarts=2).x_adv), x
     )
 
 
@@ -87,9 +85,9 @@ def test_eps_zero_is_exact_identity():
 def test_pgd_same_key_same_result_different_key_different_start():
     """PGD is a function of its key: same key -> identical output, other key -> other start."""
     logits_fn, x, y = _linear_setup()
-    a = pgd_search(logits_fn, x, y, EPS, key=jax.random.key(1), steps=1)
-    b = pgd_search(logits_fn, x, y, EPS, key=jax.random.key(1), steps=1)
-    c = pgd_search(logits_fn, x, y, EPS, key=jax.random.key(2), steps=1)
+    a = pgd(logits_fn, x, y, EPS, key=jax.random.key(1), steps=1)
+    b = pgd(logits_fn, x, y, EPS, key=jax.random.key(1), steps=1)
+    c = pgd(logits_fn, x, y, EPS, key=jax.random.key(2), steps=1)
     chex.assert_trees_all_equal(a, b)
     # With one step of eps/4 the output is still dominated by the random start.
     assert not np.array_equal(np.asarray(a.x_adv), np.asarray(c.x_adv))
@@ -100,7 +98,7 @@ def test_fgsm_is_deterministic():
     """FGSM has no randomness: two calls give identical outputs."""
     logits_fn, x, y = _linear_setup()
     np.testing.assert_array_equal(
-        np.asarray(fgsm(logits_fn, x, y, EPS)), np.asarray(fgsm(logits_fn, x, y, EPS))
+        np.asarray(fgsm(logits_fn, x, y, EPS).x_adv), np.asarray(fgsm(logits_fn, x, y, EPS).x_adv)
     )
 
 
@@ -135,12 +133,12 @@ class AttackVariantsTest(chex.TestCase):
         w, b = linear_weights(logits_fn)
         _, grad, _ = numpy_ce_and_grad(w, b, x, y)
         expected = np.clip(x + EPS * np.sign(grad), 0.0, 1.0)
-        actual = self.variant(lambda x, y, eps: fgsm(logits_fn, x, y, eps))(x, y, EPS)
+        actual = self.variant(lambda x, y, eps: fgsm(logits_fn, x, y, eps).x_adv)(x, y, EPS)
         np.testing.assert_allclose(np.asarray(actual), expected, atol=TOL, rtol=0)
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_pgd_search_matches_a_numpy_transcription(self):
-        """pgd_search's x_adv, broken steps and loss equal NumPy PGD from the same random
+        """pgd's x_adv, broken steps and loss equal NumPy PGD from the same random
         starts (the PGD rule's start with each restart's key)."""
         logits_fn, x, y = _linear_setup()
         eps = 0.04
@@ -152,7 +150,7 @@ class AttackVariantsTest(chex.TestCase):
         x_adv, broken, loss = _numpy_pgd(w, b, x, y, eps, starts, steps=2)
         assert 0 < (broken >= 0).any(axis=0).sum() < len(y)  # some break, some do not
         actual = self.variant(
-            lambda x, y, eps, key: pgd_search(logits_fn, x, y, eps, key=key, steps=2, restarts=2)
+            lambda x, y, eps, key: pgd(logits_fn, x, y, eps, key=key, steps=2, restarts=2)
         )(x, y, eps, KEY)
         np.testing.assert_allclose(np.asarray(actual.x_adv), x_adv, atol=TOL, rtol=0)
         np.testing.assert_array_equal(np.asarray(actual.broken_step), broken)
@@ -163,10 +161,10 @@ def test_fgsm_under_vmap_over_eps_matches_separate_calls():
     """jax.vmap of fgsm over a stack of eps values equals one call per eps."""
     logits_fn, x, y = _linear_setup()
     eps_values = jnp.array([0.0, 1 / 255, EPS, 0.1])
-    batched = jax.vmap(lambda e: fgsm(logits_fn, x, y, e))(eps_values)
+    batched = jax.vmap(lambda e: fgsm(logits_fn, x, y, e).x_adv)(eps_values)
     chex.assert_shape(batched, (4, *x.shape))
     for i, e in enumerate(eps_values):
-        chex.assert_trees_all_close(batched[i], fgsm(logits_fn, x, y, float(e)), atol=TOL)
+        chex.assert_trees_all_close(batched[i], fgsm(logits_fn, x, y, float(e)).x_adv, atol=TOL)
         _assert_in_ball(batched[i], x, float(e))
 
 
@@ -175,19 +173,21 @@ def test_pgd_under_vmap_over_eps_and_batches_matches_separate_calls():
     (the vmapped callers are jitted to keep the test fast)."""
     logits_fn, x, y = _linear_setup()
     eps_values = jnp.array([0.0, EPS, 0.05])
-    by_eps = jax.jit(jax.vmap(lambda e: pgd(logits_fn, x, y, e, key=KEY, steps=2)))(eps_values)
+    by_eps = jax.jit(jax.vmap(lambda e: pgd(logits_fn, x, y, e, key=KEY, steps=2).x_adv))(
+        eps_values
+    )
     for i, e in enumerate(eps_values):
-        expected = pgd(logits_fn, x, y, float(e), key=KEY, steps=2)
+        expected = pgd(logits_fn, x, y, float(e), key=KEY, steps=2).x_adv
         chex.assert_trees_all_close(by_eps[i], expected, atol=TOL)
     np.testing.assert_array_equal(np.asarray(by_eps[0]), x)  # eps 0 stays exact under vmap
 
     _, x2, y2 = _linear_setup(seed=1)
     xs, ys = np.stack([x, x2]), np.stack([y, y2])
-    by_batch = jax.jit(jax.vmap(lambda xb, yb: pgd(logits_fn, xb, yb, EPS, key=KEY, steps=2)))(
-        xs, ys
-    )
+    by_batch = jax.jit(
+        jax.vmap(lambda xb, yb: pgd(logits_fn, xb, yb, EPS, key=KEY, steps=2).x_adv)
+    )(xs, ys)
     for g in range(2):
-        expected = pgd(logits_fn, xs[g], ys[g], EPS, key=KEY, steps=2)
+        expected = pgd(logits_fn, xs[g], ys[g], EPS, key=KEY, steps=2).x_adv
         chex.assert_trees_all_close(by_batch[g], expected, atol=TOL)
 
 
@@ -215,8 +215,8 @@ def test_grad_of_caller_through_attack_equals_grad_at_stopped_point(attack):
     def make_x_adv(params):
         logits_fn = lambda z: apply(params, z)  # noqa: E731
         if attack == "fgsm":
-            return fgsm(logits_fn, x, y, EPS)
-        return pgd(logits_fn, x, y, EPS, key=KEY, steps=3, restarts=2)
+            return fgsm(logits_fn, x, y, EPS).x_adv
+        return pgd(logits_fn, x, y, EPS, key=KEY, steps=3, restarts=2).x_adv
 
     def adv_loss(params, stop):
         x_adv = make_x_adv(params)
@@ -230,17 +230,17 @@ def test_grad_of_caller_through_attack_equals_grad_at_stopped_point(attack):
 
 
 def test_grad_of_fgsm_output_wrt_eps_and_x():
-    """d sum(fgsm(x, eps)) / d eps = sum of sign(grad) over unclipped pixels; d/dx is the
+    """d sum(fgsm(x, eps).x_adv) / d eps = sum of sign(grad) over unclipped pixels; d/dx is the
     indicator of unclipped pixels (the sign term has zero derivative)."""
     logits_fn, x, y = _linear_setup()
     x = jnp.asarray(x)
     eps = 0.05
-    x_adv = fgsm(logits_fn, x, y, eps)
+    x_adv = fgsm(logits_fn, x, y, eps).x_adv
     interior = (x_adv > 0) & (x_adv < 1)
     signs = jnp.sign(x_adv - x)
-    d_eps = jax.grad(lambda e: fgsm(logits_fn, x, y, e).sum())(eps)
+    d_eps = jax.grad(lambda e: fgsm(logits_fn, x, y, e).x_adv.sum())(eps)
     np.testing.assert_allclose(d_eps, jnp.sum(jnp.where(interior, signs, 0.0)), rtol=1e-5)
-    d_x = jax.grad(lambda z: fgsm(logits_fn, z, y, eps).sum())(x)
+    d_x = jax.grad(lambda z: fgsm(logits_fn, z, y, eps).x_adv.sum())(x)
     np.testing.assert_array_equal(np.asarray(d_x), np.asarray(interior, np.float32))
 
 
@@ -249,8 +249,8 @@ def test_attacks_do_not_modify_numpy_inputs():
     logits_fn, x, y = _linear_setup()
     eps = np.float32(EPS)
     x_copy, y_copy = x.copy(), y.copy()
-    fgsm(logits_fn, x, y, eps)
-    pgd_search(logits_fn, x, y, eps, key=KEY, steps=2, restarts=2)
+    fgsm(logits_fn, x, y, eps).x_adv
+    pgd(logits_fn, x, y, eps, key=KEY, steps=2, restarts=2)
     np.testing.assert_array_equal(x, x_copy)
     np.testing.assert_array_equal(y, y_copy)
     assert eps == np.float32(EPS)
@@ -305,9 +305,12 @@ def _call(attack, **overrides):
     args = {"x": _X, "y": _Y, "eps": EPS, **overrides}
     if attack == "fgsm":
         args = {k: v for k, v in args.items() if k in ("x", "y", "eps")}
-        return logits_fn, lambda: fgsm(logits_fn, args["x"], args["y"], args["eps"])
+        return logits_fn, lambda: fgsm(logits_fn, args["x"], args["y"], args["eps"]).x_adv
     rest = {k: v for k, v in args.items() if k not in ("x", "y", "eps")}
-    return logits_fn, lambda: pgd(logits_fn, args["x"], args["y"], args["eps"], key=KEY, **rest)
+    return (
+        logits_fn,
+        lambda: pgd(logits_fn, args["x"], args["y"], args["eps"], key=KEY, **rest).x_adv,
+    )
 
 
 @pytest.mark.parametrize("attack", ["fgsm", "pgd"])
@@ -356,7 +359,7 @@ def test_bad_step_size_error_names_step_size():
 def test_pgd_search_result_shapes_and_broken_step_range():
     """SearchResult: x_adv like x, broken_step int32 (restarts, batch) in [-1, steps], loss (B,)."""
     logits_fn, x, y = _linear_setup(n=32)
-    result = pgd_search(logits_fn, x, y, 0.04, key=KEY, steps=2, restarts=4)
+    result = pgd(logits_fn, x, y, 0.04, key=KEY, steps=2, restarts=4)
     assert isinstance(result, SearchResult)
     chex.assert_shape(result.x_adv, x.shape)
     chex.assert_type(result.x_adv, jnp.float32)
@@ -374,7 +377,7 @@ def test_restarts_keep_the_per_example_worst_case():
     highest-loss point over the restarts."""
     logits_fn, x, y = _linear_setup(n=32)
     eps, steps, restarts = 0.04, 2, 4
-    result = pgd_search(logits_fn, x, y, eps, key=KEY, steps=steps, restarts=restarts)
+    result = pgd(logits_fn, x, y, eps, key=KEY, steps=steps, restarts=restarts)
     xj, yj, eps_a = jnp.asarray(x), jnp.asarray(y), jnp.float32(eps)
     single_restart = jax.jit(
         lambda k: single(attacks.PGD_RULE, logits_fn, xj, yj, eps_a, eps_a / 4, steps, k)
@@ -403,8 +406,8 @@ def test_more_restarts_never_unbreak_an_example():
     """Restarts are split(key, R), a prefix-stable family: R=4 repeats R=1 as its first row,
     so every example broken with 1 restart is still broken with 4."""
     logits_fn, x, y = _linear_setup(n=32)
-    one = pgd_search(logits_fn, x, y, 0.04, key=KEY, steps=2, restarts=1)
-    four = pgd_search(logits_fn, x, y, 0.04, key=KEY, steps=2, restarts=4)
+    one = pgd(logits_fn, x, y, 0.04, key=KEY, steps=2, restarts=1)
+    four = pgd(logits_fn, x, y, 0.04, key=KEY, steps=2, restarts=4)
     np.testing.assert_array_equal(np.asarray(four.broken_step[:1]), np.asarray(one.broken_step))
     broken_one = _pred_wrong(logits_fn, one.x_adv, y)
     broken_four = _pred_wrong(logits_fn, four.x_adv, y)
@@ -423,8 +426,8 @@ def attacked(trained_model):
     """Clean, FGSM and PGD (8 steps, 1 restart) logits on the eval images at eps = 8/255."""
     model, variables, x, y = trained_model
     logits_fn = eval_logits_fn(model, variables)
-    x_fgsm = jax.jit(lambda x, y: fgsm(logits_fn, x, y, EPS))(x, y)
-    result = jax.jit(lambda x, y, key: pgd_search(logits_fn, x, y, EPS, key=key, steps=PGD_STEPS))(
+    x_fgsm = jax.jit(lambda x, y: fgsm(logits_fn, x, y, EPS).x_adv)(x, y)
+    result = jax.jit(lambda x, y, key: pgd(logits_fn, x, y, EPS, key=key, steps=PGD_STEPS))(
         x, y, jax.random.key(7)
     )
     logits = {
@@ -506,7 +509,7 @@ def test_jitted_pgd_does_not_retrace_on_new_data(trained_model):
     @jax.jit
     @chex.assert_max_traces(n=1)
     def attack(x, y, key):
-        return pgd(logits_fn, x, y, EPS, key=key, steps=2)
+        return pgd(logits_fn, x, y, EPS, key=key, steps=2).x_adv
 
     first = attack(x[:8], y[:8], jax.random.key(0))
     second = attack(x[8:16], y[8:16], jax.random.key(1))

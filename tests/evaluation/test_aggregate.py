@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import case_record, make_linear_batch, make_linear_logits_fn
 
-from advjax.attacks import pgd_search
+from advjax.attacks import pgd
 from advjax.evaluation import ThreatModel, aggregate_records, find_group, group_records
 from advjax.evaluation import _metrics as metrics
 from advjax.evaluation._scoring import records_from_arrays
@@ -149,7 +149,7 @@ def test_records_of_a_real_pgd_run_reproduce_metrics_counts_and_curves():
     clean = np.asarray(logits_fn(x).argmax(-1))
     y = np.where(np.arange(64) % 4 == 0, y, clean).astype(np.int32)  # mostly clean-correct
     steps, restarts, eps = 5, 3, 2 / 255
-    result = pgd_search(logits_fn, x, y, eps, key=jax.random.key(0), steps=steps, restarts=restarts)
+    result = pgd(logits_fn, x, y, eps, key=jax.random.key(0), steps=steps, restarts=restarts)
     adv = np.asarray(logits_fn(result.x_adv).argmax(-1))
     tm = ThreatModel(eps=(eps,), steps=steps, restarts=restarts)
     records = records_from_arrays(

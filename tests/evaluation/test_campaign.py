@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
-from advjax.attacks import pgd_search
+from advjax.attacks import pgd
 from advjax.evaluation import (
     AttackSpec,
     ThreatModel,
@@ -87,7 +87,7 @@ def test_early_stopped_restarts_equal_every_step_of_every_restart_at_once(cnn, c
     eps 0, where one evaluation decides, too)."""
     logits_fn, x, y = cnn
     keys = case_keys(key_from_path([*ROOT, "m", "pgd", format_eps(eps)]), np.arange(len(y)))
-    result = pgd_search(logits_fn, x, y, eps, key=keys, steps=PGD.steps, restarts=PGD.restarts)
+    result = pgd(logits_fn, x, y, eps, key=keys, steps=PGD.steps, restarts=PGD.restarts)
     pred = np.asarray(jax.numpy.argmax(logits_fn(result.x_adv), -1))
     broken = np.asarray(result.broken_step)
     records = {
@@ -226,7 +226,7 @@ def test_transfer_attack_crafts_on_the_surrogate_and_scores_the_target(tmp_path)
     records = read_records(tmp_path / "r.jsonl")
     assert len(records) == 32 and all(r.first_break_step is None for r in records)
     keys = case_keys(key_from_path([*ROOT, "m", "transfer_pgd", "8/255"]), np.arange(32))
-    x_adv = pgd_search(surrogate, x, y, 8 / 255, key=keys, steps=10).x_adv
+    x_adv = pgd(surrogate, x, y, 8 / 255, key=keys, steps=10).x_adv
     pred = np.asarray(jax.numpy.argmax(target(x_adv), -1))
     assert [r.adv_pred for r in sorted(records, key=lambda r: r.case_id)] == pred.tolist()
     assert json.loads(records[0].to_json())["attack_config_hash"] == spec.config_hash("hs")

@@ -13,7 +13,8 @@ from conftest import case_record
 from advjax import evaluation, gate
 from advjax.evaluation import Check, ThreatModel, aggregate_records, run_checks, run_summary
 from advjax.evaluation._gate import Reason
-from advjax.evaluation.summary import SCHEMA, SummaryError, read_run_summary, write_run_summary
+from advjax.evaluation.summary import SCHEMA, SummaryError, read_run_summary
+from advjax.records import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 TM = ThreatModel(eps=(0.0, 8 / 255, 64 / 255), steps=10, restarts=1)
@@ -49,13 +50,8 @@ def records(model, *, clean, robust_8, robust_64=0, invalid=0, worst_zero=False)
 
 def summary(path, *, checks=None, model="robust", **kwargs) -> Path:
     groups = aggregate_records(records(model, **kwargs), num_classes=2)
-    write_run_summary(
-        path,
-        groups,
-        run_checks(groups) if checks is None else checks,
-        TM,
-        extra={"command": "test"},
-    )
+    found = run_checks(groups) if checks is None else checks
+    atomic_write_json(path, run_summary(groups, found, TM, extra={"command": "test"}))
     return path
 
 

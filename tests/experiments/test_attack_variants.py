@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
-from advjax.attacks import IterateState, attack_loss, fgsm, pgd, pgd_search
+from advjax.attacks import IterateState, attack_loss, fgsm, pgd
 from advjax.attacks._losses import per_example_margin
 from advjax.attacks._pgd import PGD_RULE
 from advjax_train import eval_logits_fn
@@ -47,11 +47,11 @@ def test_margin_loss_is_positive_exactly_when_misclassified_and_matches_a_hand_v
 @pytest.mark.parametrize("eps", [0.1, 0.5, 2.0])
 def test_l2_fgsm_takes_one_step_of_length_eps_inside_the_unit_box(eps):
     logits_fn, x, y = _setup()
-    x_adv = np.asarray(fgsm(logits_fn, x, y, eps, norm="l2"))
+    x_adv = np.asarray(fgsm(logits_fn, x, y, eps, norm="l2").x_adv)
     assert (_l2(x_adv - x) <= eps + TOL).all()
     assert x_adv.min() >= 0 and x_adv.max() <= 1
     x_mid = (0.25 + 0.5 * x).astype(np.float32)  # away from the box: nothing is clipped
-    step = _l2(np.asarray(fgsm(logits_fn, x_mid, y, 0.1, norm="l2")) - x_mid)
+    step = _l2(np.asarray(fgsm(logits_fn, x_mid, y, 0.1, norm="l2").x_adv) - x_mid)
     np.testing.assert_allclose(step, 0.1, rtol=1e-4)
 
 
@@ -59,7 +59,7 @@ def test_l2_fgsm_takes_one_step_of_length_eps_inside_the_unit_box(eps):
 @pytest.mark.parametrize("eps", [0.25, 1.0])
 def test_l2_pgd_never_leaves_the_l2_ball_or_the_unit_box(loss, eps):
     logits_fn, x, y = _setup()
-    result = pgd_search(
+    result = pgd(
         logits_fn, x, y, eps, key=KEY, steps=5, restarts=2, step_size=eps / 2, norm="l2", loss=loss
     )
     x_adv = np.asarray(result.x_adv)
@@ -71,15 +71,15 @@ def test_l2_pgd_never_leaves_the_l2_ball_or_the_unit_box(loss, eps):
 @pytest.mark.parametrize("loss", ["ce", "margin"])
 def test_eps_zero_leaves_inputs_unchanged_for_every_variant(norm, loss):
     logits_fn, x, y = _setup()
-    np.testing.assert_array_equal(np.asarray(fgsm(logits_fn, x, y, 0.0, norm=norm)), x)
-    out = pgd(logits_fn, x, y, 0.0, key=KEY, steps=3, step_size=0.1, norm=norm, loss=loss)
+    np.testing.assert_array_equal(np.asarray(fgsm(logits_fn, x, y, 0.0, norm=norm).x_adv), x)
+    out = pgd(logits_fn, x, y, 0.0, key=KEY, steps=3, step_size=0.1, norm=norm, loss=loss).x_adv
     np.testing.assert_array_equal(np.asarray(out), x)
 
 
 def test_margin_pgd_raises_the_margin_and_breaks_examples():
     logits_fn, x, y = _setup(n=64)
     clean = per_example_margin(logits_fn(jnp.asarray(x)), jnp.asarray(y))
-    result = pgd_search(logits_fn, x, y, 0.1, key=KEY, steps=10, loss="margin")
+    result = pgd(logits_fn, x, y, 0.1, key=KEY, steps=10, loss="margin")
     adv_logits = logits_fn(result.x_adv)
     adv = per_example_margin(adv_logits, jnp.asarray(y))
     assert float(jnp.mean(adv)) > float(jnp.mean(clean))
@@ -92,7 +92,7 @@ def test_targeted_pgd_reaches_its_target_and_broken_means_predicted_as_target():
     logits_fn, x, y = _setup(n=64)
     target = _second_class(logits_fn, x)
     for loss in ("ce", "margin"):
-        result = pgd_search(
+        result = pgd(
             logits_fn, x, y, 0.3, key=KEY, steps=20, loss=loss, target=target, step_size=0.03
         )
         pred = np.asarray(jnp.argmax(logits_fn(result.x_adv), -1))
@@ -107,8 +107,10 @@ def test_targeted_pgd_moves_towards_the_target_more_than_untargeted_pgd():
     target = np.asarray((_second_class(logits_fn, x) + 1) % 10, np.int32)
     target = np.where(target == y, (target + 1) % 10, target).astype(np.int32)
     kw = dict(key=KEY, steps=20, step_size=0.02)
-    targeted = np.asarray(jnp.argmax(logits_fn(pgd(logits_fn, x, y, 0.2, target=target, **kw)), -1))
-    untargeted = np.asarray(jnp.argmax(logits_fn(pgd(logits_fn, x, y, 0.2, **kw)), -1))
+    targeted = np.asarray(
+        jnp.argmax(logits_fn(pgd(logits_fn, x, y, 0.2, target=target, **kw).x_adv), -1)
+    )
+    untargeted = np.asarray(jnp.argmax(logits_fn(pgd(logits_fn, x, y, 0.2, **kw).x_adv), -1))
     assert (targeted == target).mean() > (untargeted == target).mean()
 
 
@@ -138,24 +140,26 @@ class VariantsUnderTransforms(chex.TestCase):
         logits_fn, x, y = _setup()
         target = _second_class(logits_fn, x)
         fn = self.variant(
-            lambda x, y, t: pgd(
-                logits_fn, x, y, 0.5, key=KEY, steps=4, norm="l2", loss="margin", target=t
+            lambda x, y, t: (
+                pgd(
+                    logits_fn, x, y, 0.5, key=KEY, steps=4, norm="l2", loss="margin", target=t
+                ).x_adv
             )
         )
         reference = pgd(
             logits_fn, x, y, 0.5, key=KEY, steps=4, norm="l2", loss="margin", target=target
-        )
+        ).x_adv
         chex.assert_trees_all_close(fn(x, y, target), reference, atol=1e-6)
 
     @pytest.mark.slow
     def test_l2_pgd_vmaps_over_eps_and_differentiates(self):
         logits_fn, x, y = _setup(n=4)
         eps = jnp.array([0.0, 0.5])
-        out = jax.vmap(lambda e: pgd(logits_fn, x, y, e, key=KEY, steps=2, norm="l2"))(eps)
+        out = jax.vmap(lambda e: pgd(logits_fn, x, y, e, key=KEY, steps=2, norm="l2").x_adv)(eps)
         np.testing.assert_array_equal(np.asarray(out[0]), x)
-        grad = jax.grad(lambda z: pgd(logits_fn, z, y, 0.5, key=KEY, steps=2, norm="l2").sum())(
-            jnp.asarray(x)
-        )
+        grad = jax.grad(
+            lambda z: pgd(logits_fn, z, y, 0.5, key=KEY, steps=2, norm="l2").x_adv.sum()
+        )(jnp.asarray(x))
         assert np.isfinite(np.asarray(grad)).all()
 
 
@@ -175,7 +179,7 @@ def test_bad_variant_arguments_raise_naming_the_problem(kwargs, fragment):
     if isinstance(kwargs.get("target"), str):
         kwargs["target"] = y
     with pytest.raises(ValueError, match=fragment):
-        pgd(logits_fn, x, y, eps, key=KEY, steps=2, **kwargs)
+        pgd(logits_fn, x, y, eps, key=KEY, steps=2, **kwargs).x_adv
 
 
 def test_trained_cnn_margin_and_l2_pgd_break_most_and_targeted_hits_targets(trained_model):
@@ -187,18 +191,18 @@ def test_trained_cnn_margin_and_l2_pgd_break_most_and_targeted_hits_targets(trai
     correct = np.asarray(jnp.argmax(logits_fn(x), -1) == y)
     x, y = x[correct], y[correct]
     run = jax.jit(
-        lambda x, y: pgd_search(logits_fn, x, y, 8 / 255, key=KEY, steps=10, loss="margin").x_adv
+        lambda x, y: pgd(logits_fn, x, y, 8 / 255, key=KEY, steps=10, loss="margin").x_adv
     )
     acc = float(jnp.mean(jnp.argmax(logits_fn(run(x, y)), -1) == y))
     assert acc < 0.3, f"margin PGD left {acc:.2f} of the correct cases correct"
     # On this briefly trained CNN (about 31 % clean) L2 0.5 is about as strong as L-inf 2/255:
     # over 10-40 steps and step sizes 0.0625-0.125 it left 47-51 % of the correct cases
     # correct, and 76 % at L2 0.25.
-    x_l2 = pgd(logits_fn, x, y, 0.5, key=KEY, steps=10, norm="l2", step_size=0.125)
-    x_half = pgd(logits_fn, x, y, 0.25, key=KEY, steps=10, norm="l2", step_size=0.0625)
+    x_l2 = pgd(logits_fn, x, y, 0.5, key=KEY, steps=10, norm="l2", step_size=0.125).x_adv
+    x_half = pgd(logits_fn, x, y, 0.25, key=KEY, steps=10, norm="l2", step_size=0.0625).x_adv
     l2_acc, half_acc = (float(jnp.mean(jnp.argmax(logits_fn(a), -1) == y)) for a in (x_l2, x_half))
     assert l2_acc <= 0.6 and l2_acc < half_acc < 1.0, (l2_acc, half_acc)
     assert (_l2(np.asarray(x_l2) - np.asarray(x)) <= 0.5 + TOL).all()
     target = _second_class(logits_fn, x)
-    x_t = pgd(logits_fn, x, y, 8 / 255, key=KEY, steps=10, target=target)
+    x_t = pgd(logits_fn, x, y, 8 / 255, key=KEY, steps=10, target=target).x_adv
     assert float(jnp.mean(jnp.argmax(logits_fn(x_t), -1) == target)) > 0.5

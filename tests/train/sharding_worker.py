@@ -17,7 +17,7 @@ from optax.tree_utils import tree_get
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-from advjax.attacks import pgd_search  # noqa: E402
+from advjax.attacks import pgd  # noqa: E402
 from advjax_train import (  # noqa: E402  # noqa: E402
     Batch,
     CompactCNN,
@@ -154,7 +154,7 @@ def compare_eval(state, mesh) -> dict:
         return jnp.argmax(eval_logits_fn(model, variables)(x), axis=-1)
 
     def attack(variables, x, y, keys):
-        result = pgd_search(
+        result = pgd(
             eval_logits_fn(model, variables),
             x,
             y,
