@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from advjax.evaluation import AttackSpec
 from advjax.evaluation.engine import make_attack_fn
 from advjax_train import (
     Batch,
@@ -115,9 +116,10 @@ class EvalWorkload:
         if spec.kind == "infer":
             self._fn = jax.jit(lambda x: jnp.argmax(logits_fn(x), axis=-1))
         else:
-            self._fn = make_attack_fn(
-                logits_fn, spec.kind, steps=config.pgd_steps, restarts=spec.restarts
-            )
+            steps = 1 if spec.kind == "fgsm" else config.pgd_steps
+            attack = AttackSpec(name=spec.kind, method=spec.kind, eps=(EPS,), steps=steps,
+                                restarts=spec.restarts)  # fmt: skip
+            self._fn = make_attack_fn(logits_fn, attack)
         images, labels = synthetic(config.n_eval, seed=1)
         x_all = to_float(images)
         b = config.eval_batch

@@ -273,25 +273,12 @@ def check_target(target, y: Array) -> Array:
     return target
 
 
-def search(
-    rule: StepRule,
-    logits_fn: LogitsFn,
-    x: ArrayLike,
-    y: ArrayLike,
-    eps: float | ArrayLike,
-    *,
-    key: jax.Array,
-    steps: int,
-    step_size: float | ArrayLike | None = None,
-    restarts: int = 1,
-    first_restart: int = 0,
-    norm: str = "linf",
-    loss: str = "ce",
-    target: ArrayLike | None = None,
-    **hyper,
-) -> SearchResult:
+def search(rule: StepRule, logits_fn: LogitsFn, x: ArrayLike, y: ArrayLike, eps, *, key: jax.Array,
+           steps: int, step_size=None, restarts: int = 1, first_restart: int = 0,
+           norm: str = "linf", loss: str = "ce", target=None, **hyper) -> SearchResult:  # fmt: skip
     """The rule's attack with every input checked, per-example first-break tracking and
-    vmapped restarts (restart r of example i from fold_in(key[i], first_restart + r))."""
+    vmapped restarts (restart r of example i from fold_in(key[i], first_restart + r)); the
+    arguments as `advjax.attacks.pgd` documents them, `hyper` the rule's hyper-parameters."""
     check_budget(eps, norm)
     _check_positive_int("steps", steps)
     _check_positive_int("restarts", restarts)
@@ -343,14 +330,16 @@ def one_restart(rule, logits_fn, x, labels, eps, keys, first, steps, *, norm, op
 
 
 def gradient_attack(
-    name: str, rule: StepRule, *, norms: tuple[str, ...], reference: str, default_steps: int = 10
-) -> Attack:
+    name: str, rule: StepRule, *, norms: tuple[str, ...], reference: str, default_steps: int = 10,
+    function: Callable | None = None,
+) -> Attack:  # fmt: skip
     """An iterative gradient attack from its step rule: the function users call
     (`attack(logits_fn, x, y, eps, *, key, steps, step_size, restarts, norm, loss, target,
-    **hyper)` -> `SearchResult`), and its declaration for every runner (campaigns step it
-    in chunks, AutoAttack runs it as a member), its key stream taken from its name."""
+    **hyper)` -> `SearchResult`; `function` where the attack documents its own), and its
+    declaration for every runner (campaigns step it in chunks, AutoAttack runs it as a
+    member), its key stream taken from its name."""
 
-    def function(
+    def made(
         logits_fn, x, y, eps, *, key, steps=default_steps, step_size=None, restarts=1,
         norm="linf", loss="ce", target=None, **hyper,
     ) -> SearchResult:  # fmt: skip
@@ -359,8 +348,8 @@ def gradient_attack(
             restarts=restarts, norm=norm, loss=loss, target=target, **hyper,
         )  # fmt: skip
 
-    function.__name__ = function.__qualname__ = name.replace("-", "_")
-    function.__doc__ = f"{name}: an iterative gradient attack ({reference}); see `search`."
+    made.__name__ = made.__qualname__ = name.replace("-", "_")
+    made.__doc__ = f"{name}: an iterative gradient attack ({reference}); see `search`."
 
     def run(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -> BatchRun:
         del target
@@ -372,5 +361,5 @@ def gradient_attack(
         name=name, run=run, norms=norms, targeted=False, kind="gradient",
         queries=lambda steps: steps, passes=lambda steps, classes: (steps + 1, steps),
         options=("loss", "step_fraction") if rule.step_fraction else ("loss",),
-        restarts=rule.random_start, reference=reference, function=function, rule=rule,
+        restarts=rule.random_start, reference=reference, function=function or made, rule=rule,
     )  # fmt: skip

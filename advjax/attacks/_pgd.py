@@ -16,6 +16,7 @@ from advjax.attacks._checks import _check_inputs, _is_concrete, check_budget, ch
 from advjax.attacks._iterative import (
     SearchResult,
     StepRule,
+    gradient_attack,
     loss_and_grad,
     one_restart,
     search,
@@ -159,13 +160,6 @@ def _run_fgsm(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, optio
                     per_case(False, y, bool))  # fmt: skip
 
 
-def _run_pgd(logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options) -> BatchRun:
-    del target
-    x_adv, broken = one_restart(PGD_RULE, logits_fn, x, y, eps, keys, restart, steps, norm=norm,
-                                options=options)  # fmt: skip
-    return BatchRun(x_adv, broken, per_case(steps, y), per_case(False, y, bool))
-
-
 def _run_pgd_targeted(
     logits_fn, x, y, eps, *, keys, restart, target, norm, steps, options
 ) -> BatchRun:
@@ -194,10 +188,8 @@ DECLARED = (
         queries=lambda steps: 1, passes=lambda steps, classes: (2, 1),
         restarts=False, steps=1, reference="Goodfellow, Shlens & Szegedy, ICLR 2015",
     ),
-    Attack(
-        name="pgd", run=_run_pgd, function=pgd, rule=PGD_RULE, norms=("linf", "l2"), targeted=False, kind="gradient",
-        queries=lambda steps: steps, passes=lambda steps, classes: (steps + 1, steps),
-        options=("loss", "step_fraction"), reference="Madry et al., ICLR 2018",
+    gradient_attack(
+        "pgd", PGD_RULE, norms=("linf", "l2"), reference="Madry et al., ICLR 2018", function=pgd
     ),
     Attack(
         name="pgd-t", run=_run_pgd_targeted, function=_pgd_targeted, norms=("linf", "l2"), targeted=True,

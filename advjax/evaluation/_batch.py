@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from advjax._jit_argument import as_jit_argument
 from advjax.attacks import fgsm, pgd
+from advjax.evaluation._attack_spec import AttackSpec
 from advjax.types import LogitsFn
 
 ATTACKS = ("fgsm", "pgd")
@@ -34,26 +35,15 @@ def _attack_program(logits_fn, x, y, eps, key, *, attack, steps, restarts, step_
     return x_adv, jnp.argmax(logits_fn(x_adv), axis=-1), broken
 
 
-def make_attack_fn(
-    logits_fn: LogitsFn,
-    attack: str,
-    *,
-    steps: int = 20,
-    restarts: int = 1,
-    step_fraction: float = 0.25,
-):
-    """A jitted `(x, y, eps, key) -> (x_adv, predictions, broken_step | None)`.
-
-    PGD takes steps of `step_fraction * eps` (the reference protocol: eps / 4). The logits
-    function is an argument of the compiled program, so models of one architecture share it.
+def make_attack_fn(logits_fn: LogitsFn, spec: AttackSpec):
+    """A jitted `(x, y, eps, key) -> (x_adv, predictions, broken_step | None)` for an FGSM or
+    PGD `spec` (its steps, restarts and step fraction; PGD steps `step_fraction * eps`, the
+    reference protocol's eps / 4). The logits function is an argument of the compiled
+    program, so models of one architecture share it.
     """
-    if attack not in ATTACKS:
-        raise ValueError(f"unknown attack {attack!r}; choose from {ATTACKS}")
+    if spec.method not in ATTACKS:
+        raise ValueError(f"make_attack_fn runs {ATTACKS}, got method={spec.method!r}")
     return functools.partial(
-        _attack_program,
-        as_jit_argument(logits_fn),
-        attack=attack,
-        steps=steps,
-        restarts=restarts,
-        step_fraction=step_fraction,
-    )
+        _attack_program, as_jit_argument(logits_fn), attack=spec.method, steps=spec.steps,
+        restarts=spec.restarts, step_fraction=spec.step_fraction,
+    )  # fmt: skip

@@ -227,6 +227,14 @@ def _counts(r: dict) -> str:
     return f"({r['count']:,}/{r['total']:,})"
 
 
+def _at_least(rule: str, where: str, level, floor: float, missing: str, measured) -> Reason:
+    """`rule` at `where`: passed when `level` >= `floor`; failed as `missing` where there is
+    no measurement (`level` None)."""
+    if level is None:
+        return Reason(rule, False, f"{where}: {missing}")
+    return Reason(rule, level >= floor, f"{where}: {measured} vs required >= {_pct(floor)}")
+
+
 def decide(policy: dict, run: dict, baseline: dict | None = None) -> Decision:
     """Apply a parsed policy to a run summary (and a baseline summary); pure.
 
@@ -253,26 +261,14 @@ def decide(policy: dict, run: dict, baseline: dict | None = None) -> Decision:
     ]
     for model in models:
         for attack, eps in points:
-            group, threshold = (
-                find_group(groups, model=model, attack=attack, eps=eps),
-                bounds[attack][eps],
-            )
-            where = f"{model} {attack} eps {format_eps(eps)}"
-            if group is None:
-                reasons.append(
-                    Reason("robust_accuracy_lower_bound", False, f"{where}: not evaluated")
-                )
-                continue
-            r = group["robust_accuracy"]
-            low = r["ci95"][0]
-            reasons.append(
-                Reason(
-                    "robust_accuracy_lower_bound",
-                    low >= threshold,
-                    f"{where}: 95 % CI lower bound {_pct(low)} (robust {_pct(r['value'])} "
-                    f"{_counts(r)}) vs required >= {_pct(threshold)}",
-                )
-            )
+            group = find_group(groups, model=model, attack=attack, eps=eps)
+            r = None if group is None else group["robust_accuracy"]
+            reasons.append(_at_least(
+                "robust_accuracy_lower_bound", f"{model} {attack} eps {format_eps(eps)}",
+                r and r["ci95"][0], bounds[attack][eps], "not evaluated",
+                r and f"95 % CI lower bound {_pct(r['ci95'][0])} (robust {_pct(r['value'])} "
+                f"{_counts(r)})",
+            ))  # fmt: skip
     if "max_clean_regression" in policy:
         limit = policy["max_clean_regression"]
         for model in models:
@@ -322,21 +318,12 @@ def decide(policy: dict, run: dict, baseline: dict | None = None) -> Decision:
             )
             for group in (g for g in chosen if g is not None):
                 worst = group["worst_class"]
-                where = f"{model} {group['attack']} eps {format_eps(group['eps'])}"
-                if worst is None:
-                    reasons.append(
-                        Reason("worst_class_floor", False, f"{where}: no per-class result")
-                    )
-                    continue
-                r = worst["robust_accuracy"]
-                reasons.append(
-                    Reason(
-                        "worst_class_floor",
-                        r["value"] >= floor,
-                        f"{where}: worst class {worst['class']} robust {_pct(r['value'])} "
-                        f"{_counts(r)} vs required >= {_pct(floor)}",
-                    )
-                )
+                r = None if worst is None else worst["robust_accuracy"]
+                reasons.append(_at_least(
+                    "worst_class_floor", f"{model} {group['attack']} eps {format_eps(group['eps'])}",
+                    r and r["value"], floor, "no per-class result",
+                    r and f"worst class {worst['class']} robust {_pct(r['value'])} {_counts(r)}",
+                ))  # fmt: skip
     if "rollback_below" in policy:
         reasons.extend(_rollback_reasons(policy["rollback_below"], models, run, baseline))
     if not reasons:

@@ -46,6 +46,9 @@ def batch():
     return x, y
 
 
+PGD3 = AttackSpec(name="pgd", method="pgd", eps=(8 / 255,), steps=3)
+
+
 def test_pgd_attack_fn_compiles_once_for_two_models_and_matches_closures(batch):
     """make_attack_fn: a second model adds no entry to the program's cache, and each
     model's adversarial inputs equal those of a closure over its weights."""
@@ -53,12 +56,12 @@ def test_pgd_attack_fn_compiles_once_for_two_models_and_matches_closures(batch):
     key, eps = jax.random.key(1), jnp.float32(8 / 255)
     outputs, sizes = [], []
     for model, variables in _models(2):
-        attack = make_attack_fn(eval_logits_fn(model, variables), "pgd", steps=3, restarts=1)
+        attack = make_attack_fn(eval_logits_fn(model, variables), PGD3)
         outputs.append(attack(x, y, eps, key))
         sizes.append(_attack_program._cache_size())
     assert sizes[1] == sizes[0]
     for (model, variables), got in zip(_models(2), outputs):
-        closed = make_attack_fn(_closure(model, variables), "pgd", steps=3, restarts=1)
+        closed = make_attack_fn(_closure(model, variables), PGD3)
         want = closed(x, y, eps, key)
         np.testing.assert_allclose(got[0], want[0], atol=1e-6)
         np.testing.assert_array_equal(got[1], want[1])
