@@ -315,7 +315,7 @@ def small_fast(monkeypatch):
     """The fast version at small budgets (its schedule, not its strength), in both the pure
     function and the record runner."""
     from advjax.evaluation import Member, _autoattack, _autoattack_records
-    from advjax.evaluation._autoattack_fast import FastMembers
+    from advjax.evaluation._autoattack import FastMembers
 
     small = FastMembers(
         always=(Member("apgd-ce", steps=10), Member("malt", targets=3, steps=10)),

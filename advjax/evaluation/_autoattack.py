@@ -8,9 +8,30 @@ draws its randomness from its own key, `fold_in(key, position)`, then the member
 then the run, so its outcome does not depend on which other cases share its batch: a run
 can be split, resumed or sharded over devices and give the same numbers.
 
-Reference: Croce & Hein, "Reliable evaluation of adversarial robustness with an ensemble
+Each member runs as a stage of the engine (`advjax.evaluation._engine`): its runs (targets and
+restarts) in compiled batches over the cases still robust, broken cases leaving the batch
+between runs. A run is one jitted program per member (target and restart are traced),
+applied to padded batches whose size follows the number of cases left, so few shapes compile
+and little work is padding.
+
+The fast version spends fewer model passes for the standard version's verdicts. On every
+case: APGD-CE, then MALT (APGD-T toward the 3 classes a linear estimate puts nearest,
+instead of the 9 highest-ranked logits). Then a probe for gradient masking: FAB-T and
+Square, the members that see past a masked gradient, on a random sample of the cases still
+robust. If the probe breaks any case, or a model check fails (all-zero input gradients,
+probabilities for logits), the evaluation escalates: the standard version's remaining
+members (APGD-T with 9 targets, FAB-T, Square) run on every case still robust, so the
+verdicts are at least the standard version's. What the probe guarantees: a model on which
+FAB-T or Square breaks a share r of the cases the white-box members leave robust escalates
+unless none of the m sampled cases is among them, which happens with probability at most
+(1 - r)^m (0.034 for r = 10 % and the default m = 32; 0.38 for r = 3 %). Without
+escalation, fast may still hold a case robust that the standard version breaks with
+APGD-T's 4th to 9th target class, or with FAB-T or Square outside the sample.
+
+References: Croce & Hein, "Reliable evaluation of adversarial robustness with an ensemble
 of diverse parameter-free attacks", ICML 2020 (the versions and member settings of
-fra31/auto-attack).
+fra31/auto-attack); Melamed, Yehudai & Vardi, NeurIPS 2024 (MALT); Liu et al., CVPR 2022
+(A3: spend passes where they can matter).
 """
 
 import dataclasses
@@ -23,12 +44,288 @@ import jax.numpy as jnp
 import numpy as np
 
 from advjax._jit_argument import as_jit_argument
-from advjax.attacks import ATTACKS, perturbation_norm
-from advjax.evaluation._autoattack_checks import run_checks, validate_inputs
-from advjax.evaluation._autoattack_fast import FastMembers, run_fast
-from advjax.evaluation._autoattack_stages import JUDGE_DRAWS, attack_members, eot_logits
+from advjax.attacks import ATTACKS, attack_loss, perturbation_norm
+from advjax.evaluation._autoattack_checks import probe_checks, run_checks, validate_inputs
+from advjax.evaluation._engine import Outcome, RunResult, attack_stages, padded_batches
 from advjax.evaluation._metrics import rate
 from advjax.evaluation._sanity import Check
+
+JUDGE_DRAWS = 20  # a random model's verdict: the mean logits over this many fresh draws
+
+
+def eot_logits(logits_fn, keys: jax.Array, draws: int, offset: int = 0):
+    """A deterministic stand-in for a random `logits_fn(x, key)`: per case i, the mean
+    logits over `draws` draws with keys fold_in(keys[i], offset + d), each case on its own
+    (so the draws of a case do not depend on the rest of its batch)."""
+
+    def one_case(z, k):
+        ks = jax.vmap(lambda d: jax.random.fold_in(k, offset + d))(jnp.arange(draws))
+        return jnp.mean(jax.vmap(lambda kd: logits_fn(z[None], kd)[0])(ks), axis=0)
+
+    return lambda z: jax.vmap(one_case)(z, keys)
+
+
+def make_run(logits_fn, member, *, norm: str, random_model: bool) -> Callable:
+    """The jitted run `(x, y, eps, keys, target, restart) -> (x_adv, pred, loss, queries)`.
+
+    `keys` are the cases' member keys; target and restart are traced, so one program
+    serves every run of the member. `loss` is the true-class cross-entropy at x_adv, by
+    which the worst case of a robust case is chosen across members. The logits function
+    is an argument of the program, so models of one architecture share it.
+    """
+    return functools.partial(_run_program, member, norm, random_model, as_jit_argument(logits_fn))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _run_program(member, norm, random_model, logits_fn, x, y, eps, keys, target, restart):
+    run_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, 1000 * target + restart)
+    if random_model:
+        # EOT: the attack ascends the mean over `eot` draws; the verdict takes fresh draws
+        craft = eot_logits(logits_fn, run_keys, member.eot)
+        judge = eot_logits(logits_fn, run_keys, JUDGE_DRAWS, offset=member.eot)
+    else:
+        craft = judge = logits_fn
+    info = ATTACKS[member.method]
+    r = info.run(
+        craft, x, y, eps, keys=run_keys, restart=0, target=target, norm=norm,
+        steps=member.run_steps,
+        options={"p_init": member.p_init, "targets": member.targets, "loss": "ce",
+                 "step_fraction": 0.25},
+    )  # fmt: skip
+    x_adv, spent = r.x_adv, r.queries * member.eot
+    logits = judge(x_adv)
+    queries = jnp.broadcast_to(jnp.asarray(spent, jnp.int32), y.shape)
+    return x_adv, jnp.argmax(logits, axis=-1), attack_loss("ce")(logits, y), queries
+
+
+PADDING_SLACK = 0.125
+"""Extra padded work a member accepts to reuse a batch shape it has already compiled
+rather than compile a new one (a new shape of an attack's program costs seconds on a CPU
+and tens of seconds on an accelerator; each run shrinks the cases left a little)."""
+
+
+def _batch_for(cases: int, batch_size: int, devices: int, compiled=()) -> int:
+    """The compiled batch for `cases` still to attack: at most `batch_size`, split evenly
+    over the fewest batches and rounded up to a multiple of 32 (a power of two below 32),
+    so padding stays small; a multiple of the devices. A size in `compiled` is reused when
+    its padded work is within `PADDING_SLACK` of the new size's, so a member's runs share
+    few shapes."""
+    batches = -(-cases // batch_size)
+    even = -(-cases // batches)
+    size = 1 << max(even - 1, 0).bit_length() if even < 32 else min(batch_size, -(-even // 32) * 32)
+    size = -(-size // devices) * devices
+    work = lambda s: -(-cases // s) * s  # noqa: E731
+    reusable = [s for s in compiled if work(s) <= work(size) * (1 + PADDING_SLACK)]
+    return min(reusable, key=lambda s: (work(s), s)) if reusable else size
+
+
+def _placer(mesh, axis: str):
+    """Put a batch's cases on the mesh's devices along `axis`. The mesh is used with Auto
+    axes (the compiler propagates shardings through the attacks' loops), whatever axis
+    types it was made with."""
+    if mesh is None:
+        return lambda a: a
+    auto = (jax.sharding.AxisType.Auto,) * len(mesh.axis_names)
+    mesh = jax.sharding.Mesh(mesh.devices, mesh.axis_names, axis_types=auto)
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
+    return lambda a: jax.device_put(a, sharding)
+
+
+class _MemberStage:
+    """A member as a stage of the engine: its runs (target, restart) in batches whose shape
+    follows the cases left (`_batch_for`), on the mesh's devices when given."""
+
+    def __init__(self, member, run, keys, x, y, eps, *, batch_size, devices, place, on_batch):
+        self.member, self.runs, self.shapes = member, member.runs(), set()
+        self._run, self._keys, self._x, self._y, self._eps = run, keys, x, y, eps
+        self._batch_size, self._devices, self._place = batch_size, devices, place
+        self._on_batch = on_batch
+
+    def run_cases(self, todo, run, number):
+        target, restart = run
+        size = _batch_for(len(todo), self._batch_size, self._devices, self.shapes)
+        self.shapes.add(size)
+        done, place = 0, self._place
+        for part, index in padded_batches(todo, size):
+            out = self._run(
+                place(jnp.asarray(self._x[index])), place(jnp.asarray(self._y[index])),
+                jnp.float32(self._eps), place(self._keys[index]), jnp.int32(target),
+                jnp.int32(restart),
+            )  # fmt: skip
+            adv, pred, loss, cost = (np.asarray(a)[: len(part)] for a in out)
+            done += len(part)
+            if self._on_batch is not None:
+                self._on_batch(self.member, target, restart, done, len(todo))
+            never = np.full(len(part), -1, np.int32)
+            yield part, RunResult(adv, pred, loss, pred != self._y[part], never, cost,
+                                  np.zeros(len(part), bool))  # fmt: skip
+
+
+def attack_members(
+    logits_fn,
+    x: np.ndarray,
+    y: np.ndarray,
+    eps: float,
+    *,
+    key: jax.Array,
+    members: Sequence,
+    norm: str,
+    batch_size: int,
+    random_model: bool = False,
+    start_member: np.ndarray | None = None,
+    case_index: np.ndarray | None = None,
+    mesh=None,
+    mesh_axis: str = "data",
+    on_decided: Callable | None = None,
+    on_run: Callable | None = None,
+    on_batch: Callable | None = None,
+) -> Outcome:
+    """AutoAttack on the engine (`attack_stages`): `members` in order on the cases still robust.
+
+    `start_member[i]` is the first member case i still needs (`len(members)`: decided, never
+    attacked); a resumed evaluation passes what its records already hold. A member's
+    outcome for a case is final when a run breaks it (reported at once) or after its last
+    run: `on_decided(Final(...))` receives each such group of positions, batch by batch, so
+    a member interrupted in its last run keeps the batches that run finished.
+    `on_run(member, target, restart, still_robust)` follows each run and
+    `on_batch(member, target, restart, cases_done, cases_in_run)` each batch (progress).
+    Returns the engine's `Outcome` (host arrays): x_adv, loss, broken_by (-1 none),
+    adv_pred, queries (all members), stage_queries (per member, all cases together).
+    """
+    n = len(y)
+    place = _placer(mesh, mesh_axis)
+    if mesh is not None and batch_size % mesh.shape[mesh_axis]:
+        raise ValueError(f"{batch_size=} must be a multiple of the {mesh.shape[mesh_axis]} devices")
+    devices = 1 if mesh is None else mesh.shape[mesh_axis]
+    index = jnp.arange(n) if case_index is None else jnp.asarray(case_index)
+    case_keys = jax.vmap(jax.random.fold_in, (None, 0))(key, index)
+    stages = [
+        _MemberStage(
+            member,
+            make_run(logits_fn, member, norm=norm, random_model=random_model),
+            jax.vmap(jax.random.fold_in, (0, None))(case_keys, member.stream),
+            x,
+            y,
+            eps,
+            batch_size=batch_size,
+            devices=devices,
+            place=place,
+            on_batch=on_batch,
+        )
+        for member in members
+    ]
+
+    def after_run(s, number, left):
+        if on_run is not None:
+            target, restart = stages[s].runs[number]
+            on_run(members[s], target, restart, left)
+
+    return attack_stages(stages, x, y, start_stage=start_member, on_final=on_decided,
+                         on_run=after_run)  # fmt: skip
+
+
+PROBE_CASES = 32
+"""Robust cases the masking probe samples (FAB-T and Square on each)."""
+PROBE_STREAM = 1_000_003
+"""The probe sample's key stream: fold_in(key, PROBE_STREAM) draws it."""
+QUOTED_RATE = 0.1
+"""The masking rate whose chance of going unseen the probe's check quotes."""
+
+
+class FastMembers(NamedTuple):
+    """The fast version's member lists: on every case, on the probe's sample of the cases
+    left robust, and on every case left robust once the probe or a check escalates."""
+
+    always: tuple
+    probe: tuple
+    escalation: tuple
+
+
+def undetected_probability(rate: float, sample: int) -> float:
+    """Probability that a probe of `sample` cases misses every case of a masking rate `rate`."""
+    return float((1 - rate) ** sample)
+
+
+def probe_sample(key, left: np.ndarray, cases: int = PROBE_CASES) -> np.ndarray:
+    """The probe's sample: `cases` of the positions `left` (the cases APGD-CE and MALT left
+    robust), drawn from fold_in(key, PROBE_STREAM), sorted."""
+    if not len(left):
+        return left
+    draw = jax.random.permutation(jax.random.fold_in(key, PROBE_STREAM), len(left))
+    return np.sort(left[np.asarray(draw)[:cases]])
+
+
+def probe_verdict(broke: int, sample: int, left: int, failed) -> tuple[bool, str, Check]:
+    """(escalate, the schedule's one-line account, the `masking_probe` check) of a probe
+    that broke `broke` of `sample` cases drawn from `left`, with the model checks `failed`."""
+    escalate = broke > 0 or bool(failed)
+    why = (f"the probe broke {broke} of {sample}" if broke else "") + (
+        (" and " if broke else "") + "checks failed: " + ", ".join(failed) if failed else "")  # fmt: skip
+    schedule = (
+        f"fast, escalated ({why}): APGD-T (9 targets), FAB-T and Square on all {left} "
+        "cases APGD-CE and MALT left robust"
+        if escalate
+        else f"fast: FAB-T and Square broke none of {sample} sampled of the {left} "
+        "cases APGD-CE and MALT left robust; the checks pass"
+    )
+    check = Check(
+        "masking_probe",
+        broke == 0,
+        f"FAB-T and Square on {sample} of the {left} cases APGD-CE and MALT left "
+        f"robust broke {broke}" + ("; escalated to the standard members" if escalate else "")
+        + f"; a masking rate of {QUOTED_RATE:.0%} goes unseen with probability "
+        f"{undetected_probability(QUOTED_RATE, sample):.2g}",
+    )  # fmt: skip
+    return escalate, schedule, check
+
+
+def run_fast(logits_fn, x, y, eps, *, key, norm, batch_size, clean_correct, schedule,
+             mesh=None, mesh_axis="data", on_run=None, probe_cases=PROBE_CASES):  # fmt: skip
+    """The fast schedule (`FastMembers`) on cases x, y: a dict of the combined outcome
+    (x_adv, broken_by, queries, the members whose verdicts count, `spent`: the (member,
+    queries, label) of every stage run, the probe's `Check` and the schedule's one-line
+    account, and the model checks it ran, which decide the escalation with the probe)."""
+    always, probe, escalation = schedule
+    common = dict(key=key, norm=norm, batch_size=batch_size, mesh=mesh, mesh_axis=mesh_axis,
+                  on_run=on_run)  # fmt: skip
+    out = attack_members(logits_fn, x, y, eps, members=always,
+                         start_member=np.where(clean_correct, 0, len(always)), **common)  # fmt: skip
+    x_adv, loss = np.array(out.x_adv), np.array(out.loss)
+    broken_by, queries = np.array(out.broken_by), np.array(out.queries)
+    spent = [(m, q, m.name) for m, q in zip(always, out.stage_queries)]
+    left = np.flatnonzero(clean_correct & (broken_by == -1))
+    sample = probe_sample(key, left, probe_cases)
+    broke = 0
+    if len(sample):
+        seen = attack_members(logits_fn, x[sample], y[sample], eps, members=probe,
+                              case_index=sample, **common)  # fmt: skip
+        broke = int(np.sum(seen.broken_by >= 0))
+        queries[sample] += seen.queries
+        spent += [(m, q, probe_name(m)) for m, q in zip(probe, seen.stage_queries)]
+    model_checks = probe_checks(logits_fn, x, y, random_model=False)
+    failed = [c.name for c in model_checks if not c.passed]
+    escalate, account, check = probe_verdict(broke, len(sample), len(left), failed)
+    members = always
+    if escalate and len(left):
+        rest = attack_members(logits_fn, x[left], y[left], eps, members=escalation,
+                              case_index=left, **common)  # fmt: skip
+        members = always + escalation
+        hit = rest.broken_by >= 0
+        broken_by[left] = np.where(hit, rest.broken_by + len(always), -1)
+        better = hit | (rest.loss > loss[left])
+        x_adv[left] = np.where(better.reshape((-1,) + (1,) * (x.ndim - 1)), rest.x_adv, x_adv[left])
+        queries[left] += rest.queries
+        spent += [(m, q, m.name) for m, q in zip(escalation, rest.stage_queries)]
+    return {
+        "x_adv": x_adv, "broken_by": broken_by, "queries": queries, "members": members,
+        "spent": spent, "check": check, "schedule": account, "model_checks": model_checks,
+    }  # fmt: skip
+
+
+def probe_name(member) -> str:
+    """The label of a probe member's passes and records: e.g. "fab-t (probe)"."""
+    return f"{member.name} (probe)"
+
 
 METHODS = tuple(ATTACKS)
 """The methods a member can run: every attack of `advjax.attacks.ATTACKS`."""
@@ -136,7 +433,7 @@ FAST = FastMembers(
     probe=(Member("fab-t"), Member("square")),
     escalation=(Member("apgd-t"), Member("fab-t"), Member("square")),
 )
-"""The fast version's members (`advjax.evaluation._autoattack_fast`): on every case, on a
+"""The fast version's members (the fast version, above): on every case, on a
 sample of the cases left robust, and on every case left robust once the probe or a check
 says the gradients may be masked."""
 

@@ -25,20 +25,18 @@ import numpy as np
 from advjax.data import EvalCases
 from advjax.evaluation._autoattack import (
     FAST,
+    PROBE_CASES,
     VERSIONS,
     Member,
+    attack_members,
     clean_predictions,
     perturbation_sizes,
-    resolve_members,
-)
-from advjax.evaluation._autoattack_checks import check_eps_argument, probe_checks
-from advjax.evaluation._autoattack_fast import (
-    PROBE_CASES,
     probe_name,
     probe_sample,
     probe_verdict,
+    resolve_members,
 )
-from advjax.evaluation._autoattack_stages import attack_members
+from advjax.evaluation._autoattack_checks import check_eps_argument, probe_checks
 from advjax.evaluation._campaign import check_record_hashes
 from advjax.evaluation._keys import key_root, root_key
 from advjax.evaluation._processes import gather_from_every_process

@@ -384,7 +384,7 @@ def test_a_members_shrinking_runs_reuse_a_compiled_batch_shape_within_the_paddin
     """As early stop shrinks the cases left run after run, a member keeps the batch shape
     it compiled while the padded work stays within `PADDING_SLACK` of a fresh shape's; each
     batch covers its cases, fits `batch_size` and splits evenly over the devices."""
-    from advjax.evaluation._autoattack_stages import PADDING_SLACK, _batch_for
+    from advjax.evaluation._autoattack import PADDING_SLACK, _batch_for
 
     work = lambda cases, size: -(-cases // size) * size  # noqa: E731
     left = [round(batch_size * 1.5 * 0.985**run) for run in range(40)] + [31, 7, 1]

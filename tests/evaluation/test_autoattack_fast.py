@@ -8,7 +8,7 @@ import pytest
 from conftest import tanh_mlp
 
 from advjax.evaluation import autoattack
-from advjax.evaluation._autoattack_fast import undetected_probability
+from advjax.evaluation._autoattack import undetected_probability
 
 EPS = 0.02
 
