@@ -30,10 +30,11 @@ from experiments.cifar_robustness.evaluation import (  # noqa: E402
 )
 from experiments.cifar_robustness.study import load_study_data  # noqa: E402
 
-try:  # the trainers', record log's and checkpoint reader's packages at this side's revision
+# the trainers', record log's and checkpoint reader's packages at this side's revision
+if (Path(advjax.__file__).parents[1] / "advjax_train").is_dir():
     from advjax.records import RecordLog, record_file
     from advjax_train import load_logits_fn, to_float
-except ImportError:
+else:
     from advjax.train import to_float
 
     try:
