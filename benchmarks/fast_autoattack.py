@@ -8,7 +8,7 @@ committed standard AutoAttack records (default: results/cifar10/default:results/
 three default models). For every model there, `advjax.evaluation.autoattack(version="fast")` runs on
 the same images with the same seed, and the benchmark reports: robust accuracy under both,
 the cases on which they disagree, the model passes of each (the standard version's from
-its records, by the same formula, `Member.passes`), which schedule fast took, and fast's
+its records, by the same formula, `AttackSpec.passes`), which schedule fast took, and fast's
 seconds (the standard version's seconds come from another day and machine, so none are
 compared here). Run it on an otherwise idle machine.
 """
@@ -29,7 +29,7 @@ DEFAULT = "results/cifar10/default:results/cifar10/default/strong_evaluation"
 
 def standard_outcome(records, model: str, case_count: int, classes: int) -> dict:
     """Per case robust under the committed standard records, and their passes."""
-    from advjax.evaluation import AUTOATTACK, Member
+    from advjax.evaluation import AUTOATTACK, AttackSpec
     from advjax.evaluation._autoattack_records import member_passes
 
     mine = [r for r in records if r.model == model]
@@ -38,7 +38,7 @@ def standard_outcome(records, model: str, case_count: int, classes: int) -> dict
         raise ValueError(f"{model}: {len(final)} final records for {case_count} cases")
     robust = np.array([final[i].status == "failed" for i in range(case_count)])
     eps = final[0].eps
-    members = [Member(m) for m in ("apgd-ce", "apgd-t", "fab-t", "square")]
+    members = [AttackSpec(m) for m in ("apgd-ce", "apgd-t", "fab-t", "square")]
     passes = member_passes(mine, members, model=model, eps=eps, classes=classes)
     return {"robust": robust, "passes": passes, "eps": eps}
 
@@ -113,7 +113,7 @@ def markdown(report: dict) -> str:
         "",
         f"Largest robust-accuracy difference, fast minus standard: {worst:+.1f} points. "
         "Model passes are forward plus backward passes over all cases, the standard version's "
-        "counted from its committed records by the same formula (`Member.passes`); they "
+        "counted from its committed records by the same formula (`AttackSpec.passes`); they "
         "compare across machines, where seconds do not.",
     ]
     return "\n".join(lines) + "\n"

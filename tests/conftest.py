@@ -314,14 +314,14 @@ def pytest_collection_modifyitems(items):
 def small_fast(monkeypatch):
     """The fast version at small budgets (its schedule, not its strength), in both the pure
     function and the record runner."""
-    from advjax.evaluation import Member, _autoattack, _autoattack_records
+    from advjax.evaluation import AttackSpec, _autoattack, _autoattack_records
     from advjax.evaluation._autoattack import FastMembers
 
     small = FastMembers(
-        always=(Member("apgd-ce", steps=10), Member("malt", targets=3, steps=10)),
-        probe=(Member("fab-t", steps=10), Member("square", queries=200)),
-        escalation=(Member("apgd-t", steps=10), Member("fab-t", steps=10),
-                    Member("square", queries=200)),
+        always=(AttackSpec("apgd-ce", steps=10), AttackSpec("malt", targets=3, steps=10)),
+        probe=(AttackSpec("fab-t", steps=10), AttackSpec("square", steps=200)),
+        escalation=(AttackSpec("apgd-t", steps=10), AttackSpec("fab-t", steps=10),
+                    AttackSpec("square", steps=200)),
     )  # fmt: skip
     for module in (_autoattack, _autoattack_records):
         monkeypatch.setattr(module, "FAST", small)

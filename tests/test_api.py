@@ -298,7 +298,7 @@ logits_fn = lambda x: x.reshape(x.shape[0], -1) @ w
 x = np.asarray(jax.random.uniform(jax.random.key(1), (6, 4, 4, 3)))
 y = np.asarray(jnp.argmax(logits_fn(x), -1))
 result = advjax.evaluation.autoattack(logits_fn, x, y, 0.1, key=jax.random.key(2),
-                           members=[advjax.evaluation.Member("apgd-ce", steps=5)])
+                           members=[advjax.evaluation.AttackSpec("apgd-ce", steps=5)])
 print(sorted(m for m in sys.modules if m.split(".")[0] in STUDY_ONLY), len(result.robust))
 """
 

@@ -28,7 +28,6 @@ from advjax.evaluation._attack_spec import (
 )
 from advjax.evaluation._autoattack import (
     AutoAttackResult,
-    Member,
     autoattack,
 )
 from advjax.evaluation._autoattack_records import (
@@ -71,7 +70,6 @@ __all__ = [
     "find_group",
     "format_eps",
     "group_records",
-    "Member",
     "parse_eps",
     "replay_record",
     "run_attack",

@@ -34,7 +34,6 @@ fra31/auto-attack); Melamed, Yehudai & Vardi, NeurIPS 2024 (MALT); Liu et al., C
 (A3: spend passes where they can matter).
 """
 
-import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -45,6 +44,7 @@ import numpy as np
 
 from advjax._jit_argument import as_jit_argument
 from advjax.attacks import ATTACKS, attack_loss, perturbation_norm
+from advjax.evaluation._attack_spec import AttackSpec
 from advjax.evaluation._autoattack_checks import probe_checks, run_checks, validate_inputs
 from advjax.evaluation._engine import Outcome, RunResult, attack_stages, padded_batches
 from advjax.evaluation._metrics import rate
@@ -327,111 +327,27 @@ def probe_name(member) -> str:
     return f"{member.name} (probe)"
 
 
-METHODS = tuple(ATTACKS)
-"""The methods a member can run: every attack of `advjax.attacks.ATTACKS`."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Member:
-    """One member of the ensemble and its budget.
-
-    Attributes:
-      method: an attack of `advjax.attacks.ATTACKS` (AutoAttack's: "apgd-ce", "apgd-dlr",
-        "apgd-t", "fab", "fab-t", "square").
-      restarts: random restarts (per target for the targeted members).
-      steps: iterations per run of a gradient attack.
-      targets: target classes of a targeted member (ranks 2 .. targets + 1 of the clean
-        logits).
-      queries: model queries per restart of a score-based member (Square, L-inf or L2).
-      p_init: Square's initial share of pixels in a square (AutoAttack's 0.8).
-      eot: gradient draws averaged per step (expectation over transformation), for a random
-        `logits_fn(x, key)`; 1 for a deterministic model.
-    """
-
-    method: str
-    restarts: int = 1
-    steps: int = 100
-    targets: int = 9
-    queries: int = 5000
-    p_init: float = 0.8
-    eot: int = 1
-
-    def __post_init__(self):
-        if self.method not in ATTACKS:
-            raise ValueError(f"member method={self.method!r} must be one of {METHODS}")
-        for name in ("restarts", "steps", "targets", "queries", "eot"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"member {name}={value!r} must be an integer >= 1")
-        if not 0 < self.p_init <= 1:
-            raise ValueError(f"member p_init={self.p_init!r} must be in (0, 1]")
-        if self.eot > 1 and self.info.kind != "gradient":
-            raise ValueError(f"eot={self.eot} is for gradient members, not {self.method!r}")
-
-    @property
-    def info(self):
-        """The method's registry entry (`advjax.attacks.Attack`)."""
-        return ATTACKS[self.method]
-
-    @property
-    def name(self) -> str:
-        return self.method + ("-eot" if self.eot > 1 else "")
-
-    @property
-    def stream(self) -> int:
-        """The member's key stream: fold_in(case key, stream), its method's fixed stream in
-        the registry, so a member run alone draws what it draws inside any ensemble."""
-        return self.info.stream
-
-    @property
-    def run_steps(self) -> int:
-        """The steps one run takes: `queries` for a score-based member, else `steps`."""
-        return self.queries if self.info.kind == "score" else self.steps
-
-    @property
-    def queries_per_run(self) -> int:
-        """Model queries one run spends on a case at most (the registry's count, e.g. APGD
-        steps + 1 gradients, FAB 2 steps + 1, Square its budget), times `eot` draws. The
-        records' per-case queries are counted the same way."""
-        return self.info.queries(self.run_steps) * self.eot
-
-    def passes(self, queries: int, classes: int) -> dict:
-        """{"member", "forward", "backward"}: the model passes `queries` (the member's, on
-        all cases together) stand for: a gradient member's queries are whole runs
-        (`queries_per_run` each, the registry's passes per run times `eot` draws), a
-        score-based member's one forward pass each."""
-        if self.info.kind == "score":
-            return {"member": self.name, "forward": queries, "backward": 0}
-        runs = queries // self.queries_per_run
-        forward, backward = self.info.passes(self.run_steps, classes)
-        return {
-            "member": self.name,
-            "forward": runs * forward * self.eot,
-            "backward": runs * backward * self.eot,
-        }
-
-    def runs(self) -> list[tuple[int, int]]:
-        """(target, restart) of every run, in order (target 0 for untargeted members)."""
-        targets = self.targets if self.info.targeted else 1
-        return [(t, r) for t in range(targets) for r in range(self.restarts)]
-
-
-VERSIONS: dict[str, tuple[Member, ...]] = {
-    "standard": (Member("apgd-ce"), Member("apgd-t"), Member("fab-t"), Member("square")),
-    "plus": (
-        Member("apgd-ce", restarts=5),
-        Member("apgd-dlr", restarts=5),
-        Member("fab", restarts=5),
-        Member("square"),
-        Member("apgd-t"),
-        Member("fab-t"),
+VERSIONS: dict[str, tuple[AttackSpec, ...]] = {
+    "standard": (
+        AttackSpec("apgd-ce"),
+        AttackSpec("apgd-t"),
+        AttackSpec("fab-t"),
+        AttackSpec("square"),
     ),
-    "rand": (Member("apgd-ce", eot=20), Member("apgd-dlr", eot=20)),
+    "plus": (
+        AttackSpec("apgd-ce", restarts=5),
+        AttackSpec("apgd-dlr", restarts=5),
+        AttackSpec("fab", restarts=5),
+        AttackSpec("square"),
+        AttackSpec("apgd-t"),
+        AttackSpec("fab-t"),
+    ),
+    "rand": (AttackSpec("apgd-ce", eot=20), AttackSpec("apgd-dlr", eot=20)),
 }
 FAST = FastMembers(
-    always=(Member("apgd-ce"), Member("malt", targets=3)),
-    probe=(Member("fab-t"), Member("square")),
-    escalation=(Member("apgd-t"), Member("fab-t"), Member("square")),
+    always=(AttackSpec("apgd-ce"), AttackSpec("malt", targets=3)),
+    probe=(AttackSpec("fab-t"), AttackSpec("square")),
+    escalation=(AttackSpec("apgd-t"), AttackSpec("fab-t"), AttackSpec("square")),
 )
 """The fast version's members (the fast version, above): on every case, on a
 sample of the cases left robust, and on every case left robust once the probe or a check
@@ -465,14 +381,14 @@ class AutoAttackResult(NamedTuple):
     robust: np.ndarray
     broken_by: np.ndarray
     queries: np.ndarray
-    members: tuple[Member, ...]
+    members: tuple[AttackSpec, ...]
     robust_accuracy: tuple[dict, ...]
     checks: tuple[Check, ...]
     passes: tuple[dict, ...]
     schedule: str = ""
 
 
-def resolve_members(version: str, members: Sequence[Member] | None, norm: str) -> tuple:
+def resolve_members(version: str, members: Sequence[AttackSpec] | None, norm: str) -> tuple:
     """The member list of a version (or the custom list), the same for norm="linf" and "l2"
     (Square runs as `square_linf` or `square_l2`); a member whose attack does not declare
     `norm` is refused."""
@@ -493,6 +409,9 @@ def resolve_members(version: str, members: Sequence[Member] | None, norm: str) -
         raise ValueError(f"members must use distinct methods, got {methods}")
     for m in members:
         m.info.check_norm(norm)
+        if m.eps or m.source is not None:
+            raise ValueError(f"member {m.name!r} runs at the evaluation's eps on its model: "
+                             "leave eps and source unset")  # fmt: skip
     return members
 
 
@@ -539,7 +458,7 @@ def autoattack(
     key: jax.Array,
     norm: str = "linf",
     version: str = "standard",
-    members: Sequence[Member] | None = None,
+    members: Sequence[AttackSpec] | None = None,
     batch_size: int = 256,
     mesh=None,
     mesh_axis: str = "data",

@@ -23,11 +23,11 @@ import jax
 import numpy as np
 
 from advjax.data import EvalCases
+from advjax.evaluation._attack_spec import AttackSpec
 from advjax.evaluation._autoattack import (
     FAST,
     PROBE_CASES,
     VERSIONS,
-    Member,
     attack_members,
     clean_predictions,
     perturbation_sizes,
@@ -47,13 +47,13 @@ from advjax.records import ROBUST_STATUSES, CaseRecord, RecordLog, classify_stat
 AUTOATTACK = "autoattack"
 
 
-def member_hash(member: Member, norm: str) -> str:
+def member_hash(member: AttackSpec, norm: str) -> str:
     """The attack config hash of a member's records."""
-    text = json.dumps({**dataclasses.asdict(member), "norm": norm}, sort_keys=True)
+    text = json.dumps({**member.member_fields(), "norm": norm}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def autoattack_hash(members: Sequence[Member], norm: str) -> str:
+def autoattack_hash(members: Sequence[AttackSpec], norm: str) -> str:
     """The attack config hash of the derived `AUTOATTACK` records: that of the member list."""
     return hashlib.sha256(",".join(member_hash(m, norm) for m in members).encode()).hexdigest()[:16]
 
@@ -65,7 +65,7 @@ def fast_hash(norm: str, probe_cases: int = PROBE_CASES) -> str:
     return hashlib.sha256(f"fast:{probe_cases}:{';'.join(lists)}".encode()).hexdigest()[:16]
 
 
-def schedule_members(version: str, members: Sequence[Member] | None, norm: str) -> tuple:
+def schedule_members(version: str, members: Sequence[AttackSpec] | None, norm: str) -> tuple:
     """Every member a run may use, for its threat model's declared budget: the version's (or
     the custom) list; for the fast version, its always, probe and escalation lists (a
     sampled case may meet all three)."""
@@ -77,7 +77,7 @@ def schedule_members(version: str, members: Sequence[Member] | None, norm: str) 
     return resolve_members(version, members, norm)
 
 
-def autoattack_threat_model(eps: float, members: Sequence[Member], norm: str) -> ThreatModel:
+def autoattack_threat_model(eps: float, members: Sequence[AttackSpec], norm: str) -> ThreatModel:
     """The threat model an AutoAttack run declares: white-box, one eps, the members' budget.
 
     The declared queries bound every case's total: each run of a gradient member at
@@ -85,9 +85,9 @@ def autoattack_threat_model(eps: float, members: Sequence[Member], norm: str) ->
     APGD run; the form keeps the digests of committed records), each run of a score-based
     member at its budget.
     """
-    steps = max(m.steps for m in members)
+    steps = max(m.member_fields()["steps"] for m in members)
     queries = sum(
-        m.queries * m.restarts
+        m.steps * m.restarts
         if m.info.kind == "score"
         else max(2 * m.steps + 1, m.queries_per_run) * len(m.runs())
         for m in members
@@ -105,7 +105,7 @@ class AutoAttackConfig:
       norm: "linf" or "l2"; a member whose attack does not declare it is refused.
       version: "standard", "plus", "rand" or "fast" (`VERSIONS`, `FAST`); ignored for the
         member list when `members` is given (the run is then "custom").
-      members: a custom member list, in order (`Member`s or attack names at AutoAttack's
+      members: a custom member list, in order (`AttackSpec`s or attack names at AutoAttack's
         default budgets).
       batch_size: cases per compiled batch.
     """
@@ -113,7 +113,7 @@ class AutoAttackConfig:
     eps: float
     norm: str = "linf"
     version: str = "standard"
-    members: tuple[Member, ...] | None = None
+    members: tuple[AttackSpec, ...] | None = None
     batch_size: int = 256
 
     def __post_init__(self):
@@ -122,7 +122,7 @@ class AutoAttackConfig:
         if self.version not in (*VERSIONS, "fast"):
             raise ValueError(f"version={self.version!r} must be one of {(*VERSIONS, 'fast')}")
         if self.members is not None:
-            members = tuple(Member(m) if isinstance(m, str) else m for m in self.members)
+            members = tuple(AttackSpec(m) if isinstance(m, str) else m for m in self.members)
             object.__setattr__(self, "members", members)
         size = self.batch_size
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -139,12 +139,12 @@ class AutoAttackConfig:
         return self.members is not None
 
     @property
-    def scheduled(self) -> tuple[Member, ...]:
+    def scheduled(self) -> tuple[AttackSpec, ...]:
         """Every member the run may use (`schedule_members`)."""
         return schedule_members(self.version, self.members, self.norm)
 
     @property
-    def first(self) -> tuple[Member, ...]:
+    def first(self) -> tuple[AttackSpec, ...]:
         """The members run on every case: the fast version's first phase, else all."""
         return FAST.always if self.fast else self.scheduled
 
@@ -416,7 +416,7 @@ def _record(run: _Run, member, i, x_adv, *, loss, queries, number, adv_pred, att
 
 def member_passes(records, members, *, model: str, eps: float, classes: int,
                   names=None) -> list[dict]:  # fmt: skip
-    """Per member, the model passes its records' queries stand for (`Member.passes`), as
+    """Per member, the model passes its records' queries stand for (`AttackSpec.passes`), as
     `autoattack` reports them; `names`: the members' record names where they differ from
     theirs (the fast version's probe)."""
     names = [m.name for m in members] if names is None else names

@@ -5,7 +5,6 @@ checks and the threat model) is self-contained (no script, no external file) and
 atomically."""
 
 import contextlib
-import dataclasses
 import html
 import time
 from collections.abc import Callable
@@ -17,8 +16,9 @@ import numpy as np
 
 from advjax.data import EvalCases
 from advjax.evaluation._aggregate import aggregate_records
+from advjax.evaluation._attack_spec import AttackSpec
 from advjax.evaluation._attack_times import add_attack_time, untimed_records
-from advjax.evaluation._autoattack import FAST, Member, eps_zero_check
+from advjax.evaluation._autoattack import FAST, eps_zero_check
 from advjax.evaluation._autoattack_checks import black_box_check, probe_checks
 from advjax.evaluation._autoattack_records import (
     AUTOATTACK,
@@ -148,8 +148,10 @@ def run_evaluation(
             log = RecordLog(record_file(out))
         run_key = {"model": model, "eps": eps, "norm": norm, "version": version}
         if members is not None:
-            run_key["members"] = [m.method if m == Member(m.method) else dataclasses.asdict(m)
-                                  for m in members]  # fmt: skip
+            run_key["members"] = [
+                m.method if m.member_fields() == AttackSpec(m.method).member_fields()
+                else m.member_fields() for m in members
+            ]  # fmt: skip
         untimed = untimed_records(out, log.read(), run_key)
         started = time.perf_counter()
 

@@ -13,7 +13,6 @@ resumes where it stopped. --repair-records repairs
 """
 
 import argparse
-import dataclasses
 import json
 import shlex
 import sys
@@ -26,9 +25,9 @@ from advjax import backend
 from advjax.data import EvalCases, load_cifar10
 from advjax.evaluation import (
     AUTOATTACK,
+    AttackSpec,
     AutoAttackConfig,
     Check,
-    Member,
     aggregate_records,
     find_group,
     format_eps,
@@ -49,13 +48,13 @@ PROG = "experiments.cifar_robustness.strong_evaluation"
 HELD_OUT = ("apgd-t", "fab-t", "square")
 
 
-def members(steps: int, targets: int, queries: int) -> list[Member]:
+def members(steps: int, targets: int, queries: int) -> list[AttackSpec]:
     """AutoAttack's standard members, in the order they run."""
     return [
-        Member("apgd-ce", steps=steps),
-        Member("apgd-t", steps=steps, targets=targets),
-        Member("fab-t", steps=steps, targets=targets),
-        Member("square", queries=queries),
+        AttackSpec("apgd-ce", steps=steps),
+        AttackSpec("apgd-t", steps=steps, targets=targets),
+        AttackSpec("fab-t", steps=steps, targets=targets),
+        AttackSpec("square", steps=queries),
     ]
 
 
@@ -223,7 +222,7 @@ def evaluate(args: argparse.Namespace, out: Path, argv) -> dict:
         extra={
             "command": f"python -m {PROG} " + shlex.join(sys.argv[1:] if argv is None else argv),
             "study": str(study_dir),
-            "members": [{"name": s.name, **dataclasses.asdict(s)} for s in specs],
+            "members": [{"name": s.name, **s.member_fields()} for s in specs],
             "held_out": list(HELD_OUT),
             "environment": environment(),
             "study_git_revision": study["environment"]["git_revision"],

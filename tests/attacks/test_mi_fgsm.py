@@ -8,7 +8,7 @@ import pytest
 from conftest import linear_weights, make_linear_batch, make_linear_logits_fn, numpy_ce_and_grad
 
 from advjax.attacks import ATTACKS, fgsm, perturbation_norm
-from advjax.evaluation import AttackSpec, Member, ThreatModel, autoattack, run_attack
+from advjax.evaluation import AttackSpec, ThreatModel, autoattack, run_attack
 from advjax.records import RecordLog
 
 MI_FGSM = ATTACKS["mi-fgsm"]
@@ -124,7 +124,7 @@ def test_the_runners_take_it_from_the_registry_alone(tmp_path):
     assert [r.status == "success" for r in records] == list(broken)
     assert broken.any() and not broken.all()
 
-    member = Member("mi-fgsm", steps=10)
+    member = AttackSpec("mi-fgsm", steps=10)
     result = autoattack(logits_fn, x, y, eps, key=KEY, norm="l2", members=[member])
     assert np.array_equal(~result.robust, broken)
     assert result.passes[0]["forward"] == 11 * len(y) and result.passes[0]["backward"] == 10 * len(

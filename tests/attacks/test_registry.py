@@ -13,7 +13,7 @@ import pytest
 from advjax.attacks import ATTACKS, Attack, get_attack, perturbation_norm
 from advjax.attacks._attack import STREAMS, stream_of
 from advjax.attacks._registry import registry
-from advjax.evaluation import AttackSpec, Member, autoattack
+from advjax.evaluation import AttackSpec, autoattack
 from tests.conftest import make_linear_batch, make_linear_logits_fn
 
 EPS = {"linf": 8 / 255, "l2": 0.5}
@@ -27,7 +27,7 @@ def test_autoattack_streams_are_the_ones_the_committed_records_were_drawn_from()
     renumbering a member would silently change every one of its draws."""
     pinned = {"apgd-ce": 0, "apgd-dlr": 1, "apgd-t": 2, "fab": 3, "fab-t": 4, "square": 5}
     assert {name: ATTACKS[name].stream for name in pinned} == pinned
-    assert {name: Member(name).stream for name in pinned} == pinned
+    assert {name: AttackSpec(name).stream for name in pinned} == pinned
 
 
 def test_names_and_streams_are_unique_and_a_second_declaration_is_refused():
@@ -122,10 +122,10 @@ def test_adding_a_member_never_changes_another_members_draws():
     x, _ = make_linear_batch(n=16)
     y = np.asarray(jnp.argmax(logits_fn(x), -1)).astype(np.int32)
     key = jax.random.key(7)
-    alone = autoattack(logits_fn, x, y, 4 / 255, key=key, members=[Member("apgd-ce", steps=10)],
+    alone = autoattack(logits_fn, x, y, 4 / 255, key=key, members=[AttackSpec("apgd-ce", steps=10)],
                        checks=False)  # fmt: skip
     both = autoattack(logits_fn, x, y, 4 / 255, key=key, checks=False,
-                      members=[Member("apgd-ce", steps=10), Member("fmn", steps=20)])  # fmt: skip
+                      members=[AttackSpec("apgd-ce", steps=10), AttackSpec("fmn", steps=20)])  # fmt: skip
     first = alone.broken_by == 0
     assert first.any() and (~first).any()
     np.testing.assert_array_equal(both.broken_by == 0, first)

@@ -20,7 +20,7 @@ from advjax.attacks import SquareResult
 from advjax.attacks._losses import per_example_margin
 from advjax.attacks._square import p_schedule, square_linf
 from advjax.attacks._square_l2 import eta, square_l2, square_sides_l2
-from advjax.evaluation import Member, autoattack
+from advjax.evaluation import AttackSpec, autoattack
 from advjax.evaluation.engine import resolve_members
 
 EPS = 1.0
@@ -252,7 +252,7 @@ def test_autoattack_l2_runs_square_on_the_cases_left_robust():
     """Square alone in an L2 AutoAttack breaks cases of the non-robust model, within the
     L2 ball, and spends its queries on the cases it attacks only."""
     x, y = _linear_setup(n=8, seed=4)
-    r = autoattack(LOGITS_FN, x, y, EPS, key=KEY, norm="l2", members=[Member("square", queries=80)],
+    r = autoattack(LOGITS_FN, x, y, EPS, key=KEY, norm="l2", members=[AttackSpec("square", steps=80)],
                    batch_size=8)  # fmt: skip
     assert (r.broken_by == 0).sum() >= 4
     _assert_in_ball(r.x_adv, x, EPS)

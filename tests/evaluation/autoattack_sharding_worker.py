@@ -8,7 +8,7 @@ import sys
 import jax
 import numpy as np
 
-from advjax.evaluation import Member, autoattack
+from advjax.evaluation import AttackSpec, autoattack
 from tests.evaluation.test_autoattack import EPS, STANDARD, _cases, _members, _mlp
 
 logits_fn = _mlp()
@@ -21,7 +21,7 @@ sharded = autoattack(logits_fn, x, y, EPS, key=jax.random.key(3), members=member
                      mesh=mesh, checks=False)  # fmt: skip
 single = autoattack(logits_fn, x, y, EPS, key=jax.random.key(3), members=members, batch_size=8,
                     checks=False)  # fmt: skip
-assert isinstance(members[0], Member)
+assert isinstance(members[0], AttackSpec)
 print(json.dumps({
     "devices": len(jax.devices()),
     "broken_by_equal": bool(np.array_equal(sharded.broken_by, single.broken_by)),

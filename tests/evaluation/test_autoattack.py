@@ -9,11 +9,16 @@ import numpy as np
 import pytest
 
 import advjax
-from advjax.evaluation import Member, autoattack
+from advjax.evaluation import AttackSpec, autoattack
 
 EPS = 0.02
 SHAPE = (4, 4, 3)
-FAST = dict(steps=10, queries=200)  # small budgets: the properties, not the strength
+FAST = dict(steps=10)  # small budgets: the properties, not the strength
+QUERIES = 200  # Square's budget
+
+
+def _small(method: str) -> int:
+    return QUERIES if method == "square" else FAST["steps"]
 
 
 def _mlp(seed=0, hidden=32, classes=10):
@@ -32,7 +37,7 @@ def _cases(logits_fn, n=24, seed=1, wrong=2):
 
 
 def _members(*methods, targets=3):
-    return [Member(m, targets=targets, **FAST) for m in methods]
+    return [AttackSpec(m, targets=targets, steps=_small(m)) for m in methods]
 
 
 STANDARD = ("apgd-ce", "apgd-t", "fab-t", "square")
@@ -194,7 +199,7 @@ def test_bad_budgets_keys_versions_and_nan_logits_are_refused(model):
     with pytest.raises(ValueError, match="NaN"):
         autoattack(lambda z: logits_fn(z) * jnp.nan, x, y, EPS, key=jax.random.key(0))
     with pytest.raises(ValueError, match="method"):
-        Member("cw")
+        AttackSpec("cw")
 
 
 @pytest.mark.slow
@@ -221,11 +226,11 @@ def test_rand_version_on_a_random_model_is_stronger_than_one_fixed_draw(model):
     random_fn = _noisy(logits_fn)
     rand = autoattack(
         random_fn, x, y, 0.04, key=jax.random.key(0),
-        members=[Member("apgd-ce", steps=20, eot=20)], checks=False,
+        members=[AttackSpec("apgd-ce", steps=20, eot=20)], checks=False,
     )  # fmt: skip
     single = autoattack(
         random_fn, x, y, 0.04, key=jax.random.key(0),
-        members=[Member("apgd-ce", steps=20, eot=1)], checks=False, version="rand",
+        members=[AttackSpec("apgd-ce", steps=20, eot=1)], checks=False, version="rand",
     )  # fmt: skip
     assert rand.robust.sum() < single.robust.sum()
     # a robust case spent every run's budget: (steps + 1) gradients of `eot` draws each
@@ -236,9 +241,12 @@ def test_rand_version_on_a_random_model_is_stronger_than_one_fixed_draw(model):
 @pytest.mark.parametrize(
     "members",
     [
-        [Member(m, **FAST, targets=3) for m in ("apgd-ce", "apgd-t", "fab-t", "square")],
+        [
+            AttackSpec(m, steps=_small(m), targets=3)
+            for m in ("apgd-ce", "apgd-t", "fab-t", "square")
+        ],
         pytest.param(
-            [Member("apgd-ce", steps=5, eot=4), Member("apgd-dlr", steps=5, eot=4)],
+            [AttackSpec("apgd-ce", steps=5, eot=4), AttackSpec("apgd-dlr", steps=5, eot=4)],
             marks=pytest.mark.slow,
         ),
     ],

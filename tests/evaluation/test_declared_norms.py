@@ -13,7 +13,15 @@ from conftest import make_linear_batch, make_linear_logits_fn
 from advjax.attacks import ATTACKS
 from advjax.data import EvalCases
 from advjax.evaluate import main
-from advjax.evaluation import AttackSpec, AutoAttackConfig, Member, autoattack, run_evaluation
+from advjax.evaluation import (
+    AttackSpec,
+    AutoAttackConfig,
+    ThreatModel,
+    autoattack,
+    run_attack,
+    run_evaluation,
+)
+from advjax.records import RecordLog
 
 REFUSAL = "attack 'linf-only' runs under norm linf only, got norm='l2'"
 
@@ -36,7 +44,7 @@ def test_autoattack_refuses_the_member_and_runs_it_under_its_own_norm(linf_only)
     logits_fn = make_linear_logits_fn()
     x, _ = make_linear_batch(n=8)
     y = np.asarray(jnp.argmax(logits_fn(x), -1))
-    member = [Member("linf-only", steps=5)]
+    member = [AttackSpec("linf-only", steps=5)]
     with pytest.raises(ValueError, match=REFUSAL):
         autoattack(logits_fn, x, y, 0.5, key=jax.random.key(0), norm="l2", members=member)
     result = autoattack(logits_fn, x, y, 8 / 255, key=jax.random.key(0), members=member)
@@ -57,9 +65,16 @@ def test_run_evaluation_refuses_before_writing_anything(linf_only, tmp_path):
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_a_campaign_refuses_it(linf_only):
+def test_a_campaign_refuses_it_before_writing_anything(linf_only, tmp_path):
+    logits_fn, (x, y) = make_linear_logits_fn(), make_linear_batch()
+    spec = AttackSpec("linf-only", name="a", eps=(0.5,), norm="l2")
+    log = RecordLog(tmp_path / "records.jsonl")
     with pytest.raises(ValueError, match=REFUSAL):
-        AttackSpec(name="a", method="linf-only", eps=(0.5,), norm="l2")
+        run_attack(log, threat_model=ThreatModel(eps=(0.5,), steps=1, norm="l2"), spec=spec,
+                   model="m", model_hash="h", logits_fn=logits_fn, x=x, y=y,
+                   case_ids=np.arange(len(y)), key=jax.random.key(0), show_progress=False,
+                   log_line=lambda _: None)  # fmt: skip
+    assert not log.read()
 
 
 def test_the_command_refuses_it_in_one_line_with_exit_2(linf_only, tmp_path, capsys):
