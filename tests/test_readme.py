@@ -20,7 +20,7 @@ GUIDE_BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "guide.md").r
 CHECK_ATTACK_EXAMPLE = """
 import os
 import numpy as np
-from advjax.backend import CPU_FLAGS
+from advjax.backend._flags import CPU_FLAGS
 print(all(flag in os.environ.get("XLA_FLAGS", "") for flag in CPU_FLAGS))
 for adv in (x_fgsm, x_pgd, apgd_t.x_adv):
     delta = np.abs(np.asarray(adv) - np.asarray(x))
