@@ -22,7 +22,8 @@ import re
 import types
 import typing
 from collections.abc import Sequence
-from fractions import Fraction
+
+from advjax.evaluation import parse_eps
 
 
 class _Update(typing.NamedTuple):
@@ -37,7 +38,10 @@ def _number(text: str, kind: type, key: str):
     try:
         if kind is int:
             return int(text)
-        return float(Fraction(text.strip())) if "/" in text else float(text)
+        if "/" not in text:
+            return float(text)
+        text = text.strip()  # a fraction, by the one eps parser; its sign here
+        return -parse_eps(text[1:]) if text.startswith("-") else parse_eps(text)
     except (ValueError, ZeroDivisionError):
         raise ValueError(f"--set {key}={text!r}: expected {kind.__name__}") from None
 

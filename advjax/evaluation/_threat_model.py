@@ -52,7 +52,10 @@ def parse_eps(text: Any) -> float:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     elif isinstance(text, str) and (m := re.fullmatch(r"\s*([0-9.]+)\s*/\s*([0-9.]+)\s*", text)):
-        value = float(m.group(1)) / float(m.group(2))
+        try:
+            value = float(m.group(1)) / float(m.group(2))
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(f"eps {text!r} must be a number or 'k/255'") from None
     else:
         try:
             value = float(text)

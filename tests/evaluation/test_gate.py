@@ -235,6 +235,8 @@ def test_parse_eps_accepts_fractions_and_decimals():
     )
     with pytest.raises(ValueError, match="'-1'"):
         evaluation.parse_eps("-1")
+    with pytest.raises(ValueError, match="'8/0'"):
+        evaluation.parse_eps("8/0")
 
 
 ROLLBACK = {"models": ["robust"], "rollback_below": {"baseline_model": "deployed",
