@@ -22,8 +22,8 @@ import jax
 import numpy as np
 
 from advjax import backend
-from advjax.data import load_cifar10
-from advjax.evaluation import AttackSpec, ThreatModel, parse_eps, run_attack
+from advjax.data import EvalCases, load_cifar10
+from advjax.evaluation import AttackSpec, Model, ThreatModel, parse_eps, run_attack
 from advjax.evaluation.stats import format_rate, rate
 from advjax.records import RecordLog
 from advjax_train import load_logits_fn, to_float
@@ -72,14 +72,10 @@ def main(argv=None) -> dict:
     started = time.perf_counter()
     run_attack(
         log,
+        Model(args.model, logits_fn, mhash),
+        EvalCases(x, y, np.arange(n)),
+        spec,
         threat_model=tm,
-        spec=spec,
-        model=args.model,
-        model_hash=mhash,
-        logits_fn=logits_fn,
-        x=x,
-        y=y,
-        case_ids=np.arange(n),
         key=jax.random.key(0),
         stream="full_test_split",
         show_progress=not args.no_progress,

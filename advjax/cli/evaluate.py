@@ -227,7 +227,7 @@ def evaluate(args, argv) -> int:
 
     from advjax.attacks import check_budget
     from advjax.data import load_eval_cases
-    from advjax.evaluation import AutoAttackConfig, run_evaluation
+    from advjax.evaluation import AutoAttackConfig, Model, run_evaluation
     from advjax.evaluation.engine import process_folder, this_process
     from advjax.io import OutputLock
 
@@ -249,8 +249,8 @@ def evaluate(args, argv) -> int:
     config = AutoAttackConfig(eps=args.eps, norm=args.norm, version=args.version,
                               members=members, batch_size=args.batch_size)  # fmt: skip
     result = run_evaluation(
-        args.out, logits_fn, cases, config,
-        key=jax.random.key(args.seed), model=name, model_hash=digest, policy=args.policy,
+        args.out, Model(name, logits_fn, digest), cases, config,
+        key=jax.random.key(args.seed), policy=args.policy,
         show_progress=not args.no_progress,
         command="python -m advjax.evaluate " + shlex.join(sys.argv[1:] if argv is None else argv),
         log_line=lambda line: print(line, flush=True),

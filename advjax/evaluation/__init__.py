@@ -42,6 +42,9 @@ from advjax.evaluation._campaign import (
 from advjax.evaluation._gate import (
     decide,
 )
+from advjax.evaluation._model import (
+    Model,
+)
 from advjax.evaluation._run_evaluation import (
     run_evaluation,
 )
@@ -77,5 +80,6 @@ __all__ = [
     "run_checks",
     "run_evaluation",
     "run_summary",
+    "Model",
     "ThreatModel",
 ]

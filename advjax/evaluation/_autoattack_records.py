@@ -39,6 +39,7 @@ from advjax.evaluation._autoattack import (
 from advjax.evaluation._autoattack_checks import check_eps_argument, probe_checks
 from advjax.evaluation._campaign import check_record_hashes
 from advjax.evaluation._keys import key_root, root_key
+from advjax.evaluation._model import Model
 from advjax.evaluation._processes import gather_from_every_process
 from advjax.evaluation._sanity import Check
 from advjax.evaluation._threat_model import ThreatModel
@@ -201,20 +202,19 @@ def _start_members(log: RecordLog, model: str, names, eps: float, case_ids) -> n
 
 def run_autoattack(
     log: RecordLog,
-    logits_fn,
+    model: Model,
     cases: EvalCases,
     config: AutoAttackConfig,
     *,
     key: jax.Array,
-    model: str,
-    model_hash: str,
     mesh=None,
     on_run=None,
     on_batch=None,
 ) -> list[CaseRecord]:
     """AutoAttack every case not already decided in `log`; return the derived records.
 
-    `cases` holds x, y and optionally the case ids and positions (default 0 .. n-1). Case i
+    `model` is the attacked model (`Model`: name, logits function, hash); `cases` holds x, y
+    and optionally the case ids and positions (default 0 .. n-1). Case i
     draws from fold_in(key, positions[i]), as `autoattack` does for position i of its x, so a
     resumed run equals an uninterrupted one, and a share of the cases (one process's,
     `advjax.data.share_positions`) given with its positions gives every case the records it
@@ -229,6 +229,7 @@ def run_autoattack(
         member (or of `AUTOATTACK`) with another attack-config or threat-model hash
         (`check_record_hashes`); nothing is appended then.
     """
+    model, logits_fn, model_hash = model
     members, norm, eps = config.first, config.norm, config.eps
     random_model = config.version == "rand" or any(m.eot > 1 for m in members)
     x, y = np.asarray(cases.x, np.float32), np.asarray(cases.y)

@@ -21,9 +21,11 @@ from collections.abc import Callable, Mapping, Sequence
 import jax
 import numpy as np
 
+from advjax.data import EvalCases
 from advjax.evaluation._attack_spec import METHODS, AttackSpec, check_within_threat_model
 from advjax.evaluation._early_stop import CampaignOutcome, Program, attack_cases, make_program
 from advjax.evaluation._keys import case_keys, key_from_path, key_root
+from advjax.evaluation._model import Model
 from advjax.evaluation._scoring import records_from_arrays
 from advjax.evaluation._threat_model import ThreatModel, format_eps, require_threat_model
 from advjax.io import Progress, model_hash
@@ -45,19 +47,14 @@ __all__ = [
 
 def run_attack(
     log: RecordLog,
+    model: Model,
+    cases: EvalCases,
+    spec: AttackSpec,
     *,
     threat_model: ThreatModel,
-    spec: AttackSpec,
-    model: str,
-    model_hash: str,
-    logits_fn: LogitsFn,
-    x: np.ndarray,
-    y: np.ndarray,
-    case_ids: Sequence[int],
     key: jax.Array,
     stream: str = "attack",
-    source_fn: LogitsFn | None = None,
-    source_hash: str | None = None,
+    source: Model | None = None,
     show_progress: bool = True,
     log_line: Callable[[str], None] = print,
 ) -> int:
@@ -66,15 +63,17 @@ def run_attack(
     Args:
       log: the run's record log (cases already in it are skipped: resume).
       threat_model: declared before the run; the spec must fit inside it.
-      spec, model, model_hash, logits_fn: the attack and the evaluated model.
-      x, y, case_ids: the evaluation cases (pixels in [0, 1], labels, stable ids).
+      model: the evaluated model (`Model`: name, logits function, hash).
+      cases: the evaluation cases (`advjax.data.EvalCases`: pixels in [0, 1], labels and
+        stable ids, 0 .. n-1 where none are given).
+      spec: the attack.
       key: the run's key (`jax.random.key(seed)`); the first element of every case's key
         path (stored in its record) is the key as one integer (`key_root`: the seed), as
         in `run_autoattack`.
       stream: the second element, which keeps this run's keys apart from another run's
         under the same key (the study's attacks use "attack", its attack variants
         "attack_variants").
-      source_fn, source_hash: the surrogate of a transfer attack (spec.source set).
+      source: the surrogate of a transfer attack (exactly when spec.source is set).
 
     Raises:
       ValueError: no threat model, a spec outside it, a transfer spec without surrogate,
@@ -84,9 +83,12 @@ def run_attack(
     threat_model = require_threat_model(threat_model)
     check_within_threat_model(spec, threat_model)
     root = key_root(key)
-    if (spec.source is None) != (source_fn is None):
-        raise ValueError(f"attack {spec.name!r}: pass source_fn exactly when spec.source is set")
-    x, y, ids = np.asarray(x, np.float32), np.asarray(y), np.asarray(case_ids)
+    if (spec.source is None) != (source is None):
+        raise ValueError(f"attack {spec.name!r}: pass source exactly when spec.source is set")
+    model, logits_fn, model_hash = model
+    source_fn, source_hash = (None, None) if source is None else source[1:]
+    x, y = np.asarray(cases.x, np.float32), np.asarray(cases.y)
+    ids = np.arange(len(y)) if cases.case_ids is None else np.asarray(cases.case_ids)
     if x.ndim != 4 or len(x) != len(y) or len(y) != len(ids) or len(np.unique(ids)) != len(ids):
         raise ValueError(
             f"need x (n, h, w, c), y (n,), unique case_ids (n,): {x.shape=} {y.shape=} {ids.shape=}"

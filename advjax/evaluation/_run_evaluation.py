@@ -31,6 +31,7 @@ from advjax.evaluation._autoattack_records import (
 )
 from advjax.evaluation._gate import decide, format_decision, load_policy
 from advjax.evaluation._metrics import format_rate, rate
+from advjax.evaluation._model import Model
 from advjax.evaluation._processes import (
     process_folder,
     process_record_files,
@@ -66,13 +67,11 @@ class Evaluation(NamedTuple):
 
 def run_evaluation(
     out: str | Path,
-    logits_fn,
+    model: Model,
     cases: EvalCases,
     config: AutoAttackConfig,
     *,
     key: jax.Array,
-    model: str,
-    model_hash: str,
     mesh: jax.sharding.Mesh | None = None,
     policy: str | Path | None = None,
     command: str | None = None,
@@ -87,7 +86,8 @@ def run_evaluation(
     decided, so a run killed at any moment resumes with the same call; the run's attack time
     added to `attack_seconds.json` (finished or not), so the summary gives the whole
     evaluation's time; `summary.json`, `report.html` and, with a policy, `gate.txt`.
-    `cases` (`advjax.data.EvalCases`): x, y and optionally the case ids, the dataset's class
+    `model` (`Model`): the attacked model's name, logits function and hash. `cases`
+    (`advjax.data.EvalCases`): x, y and optionally the case ids, the dataset's class
     count (default: the model's logits) and each case's position among all the evaluation's
     cases (its key's index; default 0 .. n-1). `config` (`AutoAttackConfig`): eps, norm,
     version or custom members, batch size, checked when it was made. `mesh`: the devices
@@ -111,6 +111,7 @@ def run_evaluation(
         `out` of another model version or attack config (nothing is appended then).
       LockedError: another live process holds `out`.
     """
+    subject, model, logits_fn = model, model.name, model.logits_fn
     eps, norm, version, members = config.eps, config.norm, config.version, config.members
     x, y = np.asarray(cases.x, np.float32), np.asarray(cases.y)
     ids = np.arange(len(y)) if cases.case_ids is None else np.asarray(cases.case_ids)
@@ -171,9 +172,8 @@ def run_evaluation(
         finished = False
         try:
             run_autoattack(
-                log, logits_fn, EvalCases(x, y, ids, classes, positions), config, key=key,
-                model=model, model_hash=model_hash, mesh=mesh, on_run=on_run,
-                on_batch=on_batch if show_progress else None,
+                log, subject, EvalCases(x, y, ids, classes, positions), config, key=key,
+                mesh=mesh, on_run=on_run, on_batch=on_batch if show_progress else None,
             )  # fmt: skip
             finished = True
             wait_for_every_process("advjax.run_evaluation: records written")

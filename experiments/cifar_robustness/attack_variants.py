@@ -25,10 +25,11 @@ import jax
 import numpy as np
 
 from advjax import backend
-from advjax.data import load_cifar10
+from advjax.data import EvalCases, load_cifar10
 from advjax.evaluation import (
     AttackSpec,
     Check,
+    Model,
     ThreatModel,
     aggregate_records,
     find_group,
@@ -133,14 +134,10 @@ def run_part(out: Path, tm: ThreatModel, specs, names, study, study_dir, x, y, p
         for spec in specs:
             written += run_attack(
                 log,
+                Model(name, logits_fn, mhash),
+                EvalCases(x, y),
+                spec,
                 threat_model=tm,
-                spec=spec,
-                model=name,
-                model_hash=mhash,
-                logits_fn=logits_fn,
-                x=x,
-                y=y,
-                case_ids=np.arange(len(y)),
                 key=jax.random.key(study["config"]["seed"]),
                 stream="attack_variants",
                 show_progress=progress,

@@ -16,9 +16,11 @@ import numpy as np
 from jax.tree_util import Partial
 
 from advjax.attacks import attack_loss
+from advjax.data import EvalCases
 from advjax.evaluation import (
     AttackSpec,
     Check,
+    Model,
     ThreatModel,
     aggregate_records,
     decide,
@@ -155,22 +157,17 @@ def evaluate_model(
     times = json.loads(times_path.read_text()) if times_path.exists() else {}
     mine = times.setdefault(spec.name, {})
     for attack in attack_specs(config, spec.name):
-        source_fn, source_hash = sources[attack.source] if attack.source else (None, None)
+        source = Model(attack.source, *sources[attack.source]) if attack.source else None
         cases = spec_cases(config, attack, y)
         started = time.perf_counter()
         written = run_attack(
             log,
+            Model(spec.name, logits_fn, mhash),
+            EvalCases(x[cases], y[cases], ids[cases]),
+            attack,
             threat_model=threat_model,
-            spec=attack,
-            model=spec.name,
-            model_hash=mhash,
-            logits_fn=logits_fn,
-            x=x[cases],
-            y=y[cases],
-            case_ids=ids[cases],
             key=jax.random.key(config.seed),
-            source_fn=source_fn,
-            source_hash=source_hash,
+            source=source,
             show_progress=show_progress,
             log_line=log_line,
         )

@@ -28,6 +28,7 @@ from advjax.evaluation import (
     AttackSpec,
     AutoAttackConfig,
     Check,
+    Model,
     aggregate_records,
     find_group,
     format_eps,
@@ -201,10 +202,9 @@ def evaluate(args: argparse.Namespace, out: Path, argv) -> dict:
         logits_fn, mhash = load_logits_fn(study_dir / "checkpoints" / f"{name}.msgpack")
         progress = None if args.no_progress else _progress(name)
         run_autoattack(
-            log, logits_fn, EvalCases(x, y, np.arange(len(y))),
+            log, Model(name, logits_fn, mhash), EvalCases(x, y, np.arange(len(y))),
             AutoAttackConfig(eps=eps, members=specs, batch_size=args.batch_size),
-            key=jax.random.key(study["config"]["seed"]), model=name, model_hash=mhash,
-            on_run=progress,
+            key=jax.random.key(study["config"]["seed"]), on_run=progress,
         )  # fmt: skip
     every = log.read()
     records = [r for r in every if r.model in names]

@@ -8,7 +8,8 @@ import pytest
 from conftest import linear_weights, make_linear_batch, make_linear_logits_fn, numpy_ce_and_grad
 
 from advjax.attacks import ATTACKS, fgsm, perturbation_norm
-from advjax.evaluation import AttackSpec, ThreatModel, autoattack, run_attack
+from advjax.data import EvalCases
+from advjax.evaluation import AttackSpec, Model, ThreatModel, autoattack, run_attack
 from advjax.records import RecordLog
 
 MI_FGSM = ATTACKS["mi-fgsm"]
@@ -115,9 +116,9 @@ def test_the_runners_take_it_from_the_registry_alone(tmp_path):
     eps = 0.5
     spec = AttackSpec(name="mi", method="mi-fgsm", eps=(eps,), steps=10, norm="l2", batch_size=8)
     log = RecordLog(tmp_path / "records.jsonl")
-    run_attack(log, threat_model=ThreatModel(eps=(eps,), steps=10, norm="l2"), spec=spec,
-               model="m", model_hash="h", logits_fn=logits_fn, x=x, y=y, case_ids=np.arange(20),
-               key=KEY, show_progress=False, log_line=lambda _: None)  # fmt: skip
+    run_attack(log, Model("m", logits_fn, "h"), EvalCases(x, y), spec,
+               threat_model=ThreatModel(eps=(eps,), steps=10, norm="l2"), key=KEY,
+               show_progress=False, log_line=lambda _: None)  # fmt: skip
     alone = MI_FGSM(logits_fn, x, y, eps, key=KEY, steps=10, norm="l2").x_adv
     broken = np.asarray(jnp.argmax(logits_fn(alone), -1)) != y
     records = sorted(log.read(), key=lambda r: r.case_id)

@@ -2,11 +2,11 @@
 AutoAttack member, one set of defaults, and the hashes the committed records carry."""
 
 import jax
-import numpy as np
 import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
-from advjax.evaluation import AttackSpec, AutoAttackConfig, ThreatModel, run_attack
+from advjax.data import EvalCases
+from advjax.evaluation import AttackSpec, AutoAttackConfig, Model, ThreatModel, run_attack
 from advjax.evaluation._autoattack import VERSIONS
 from advjax.evaluation._autoattack_records import autoattack_hash, member_hash
 from advjax.records import RecordLog
@@ -53,10 +53,9 @@ def test_a_campaign_refuses_what_only_a_member_may_be(spec, match, tmp_path):
     logits_fn, (x, y) = make_linear_logits_fn(), make_linear_batch()
     log = RecordLog(tmp_path / "records.jsonl")
     with pytest.raises(ValueError, match=match):
-        run_attack(log, threat_model=ThreatModel(eps=(0.1,), steps=2, restarts=2), spec=spec,
-                   model="m", model_hash="h", logits_fn=logits_fn, x=x, y=y,
-                   case_ids=np.arange(len(y)), key=jax.random.key(0), show_progress=False,
-                   log_line=lambda _: None)  # fmt: skip
+        run_attack(log, Model("m", logits_fn, "h"), EvalCases(x, y), spec,
+                   threat_model=ThreatModel(eps=(0.1,), steps=2, restarts=2), key=jax.random.key(0),
+                   show_progress=False, log_line=lambda _: None)  # fmt: skip
     assert not log.read()
 
 

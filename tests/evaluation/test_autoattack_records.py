@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from advjax.data import EvalCases
-from advjax.evaluation import AUTOATTACK, AutoAttackConfig, autoattack, run_autoattack
+from advjax.evaluation import AUTOATTACK, AutoAttackConfig, Model, autoattack, run_autoattack
 from advjax.evaluation._autoattack_records import member_hash, member_passes
 from advjax.records import RecordLog
 from tests.evaluation.test_autoattack import EPS, STANDARD, _cases, _members, _mlp
@@ -25,8 +25,8 @@ def _run(log, case, **kwargs):
     logits_fn, x, y, members = case
     config = AutoAttackConfig(eps=EPS, members=kwargs.pop("members", members), batch_size=8)
     return run_autoattack(
-        log, logits_fn, EvalCases(x, y, kwargs.pop("case_ids", None)), config,
-        key=jax.random.key(3), model="mlp", model_hash=kwargs.pop("model_hash", "h"), **kwargs,
+        log, Model("mlp", logits_fn, kwargs.pop("model_hash", "h")),
+        EvalCases(x, y, kwargs.pop("case_ids", None)), config, key=jax.random.key(3), **kwargs,
     )  # fmt: skip
 
 
@@ -196,8 +196,8 @@ def _fast_case(masked: bool):
 
 def _run_fast(log, logits_fn, x, y, eps, **kwargs):
     config = AutoAttackConfig(eps=eps, version="fast", batch_size=8)
-    return run_autoattack(log, logits_fn, EvalCases(x, y), config, key=jax.random.key(3),
-                          model="mlp", model_hash="h", **kwargs)  # fmt: skip
+    return run_autoattack(log, Model("mlp", logits_fn, "h"), EvalCases(x, y), config,
+                          key=jax.random.key(3), **kwargs)  # fmt: skip
 
 
 @pytest.mark.slow

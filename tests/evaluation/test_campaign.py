@@ -9,8 +9,10 @@ import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
 from advjax.attacks import pgd
+from advjax.data import EvalCases
 from advjax.evaluation import (
     AttackSpec,
+    Model,
     ThreatModel,
     aggregate_records,
     find_group,
@@ -31,16 +33,14 @@ ROOT = [7, "attack"]
 
 
 def _run(log, spec, logits_fn, x, y, ids=None, **kw):
+    if "source_fn" in kw:
+        kw["source"] = Model("surrogate", kw.pop("source_fn"), kw.pop("source_hash", None))
     return run_attack(
         log,
+        Model("m", logits_fn, kw.pop("model_hash", "h0")),
+        EvalCases(x, y, np.arange(len(y)) if ids is None else ids),
+        spec,
         threat_model=kw.pop("threat_model", TM),
-        spec=spec,
-        model="m",
-        model_hash=kw.pop("model_hash", "h0"),
-        logits_fn=logits_fn,
-        x=x,
-        y=y,
-        case_ids=np.arange(len(y)) if ids is None else ids,
         key=jax.random.key(ROOT[0]),
         stream=ROOT[1],
         show_progress=False,

@@ -16,6 +16,7 @@ from advjax.evaluate import main
 from advjax.evaluation import (
     AttackSpec,
     AutoAttackConfig,
+    Model,
     ThreatModel,
     autoattack,
     run_attack,
@@ -60,8 +61,8 @@ def test_run_evaluation_refuses_before_writing_anything(linf_only, tmp_path):
     config = AutoAttackConfig(eps=0.5, norm="linf", members=["linf-only"])
     with pytest.raises(ValueError, match=REFUSAL):  # a config changed after it was checked
         object.__setattr__(config, "norm", "l2")
-        run_evaluation(out, logits_fn, EvalCases(x, y), config, key=jax.random.key(0),
-                       model="m", model_hash="h", log_line=lambda _: None)  # fmt: skip
+        run_evaluation(out, Model("m", logits_fn, "h"), EvalCases(x, y), config,
+                       key=jax.random.key(0), log_line=lambda _: None)  # fmt: skip
     assert not out.exists() or not any(out.iterdir())
 
 
@@ -70,10 +71,9 @@ def test_a_campaign_refuses_it_before_writing_anything(linf_only, tmp_path):
     spec = AttackSpec("linf-only", name="a", eps=(0.5,), norm="l2")
     log = RecordLog(tmp_path / "records.jsonl")
     with pytest.raises(ValueError, match=REFUSAL):
-        run_attack(log, threat_model=ThreatModel(eps=(0.5,), steps=1, norm="l2"), spec=spec,
-                   model="m", model_hash="h", logits_fn=logits_fn, x=x, y=y,
-                   case_ids=np.arange(len(y)), key=jax.random.key(0), show_progress=False,
-                   log_line=lambda _: None)  # fmt: skip
+        run_attack(log, Model("m", logits_fn, "h"), EvalCases(x, y), spec,
+                   threat_model=ThreatModel(eps=(0.5,), steps=1, norm="l2"), key=jax.random.key(0),
+                   show_progress=False, log_line=lambda _: None)  # fmt: skip
     assert not log.read()
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from conftest import make_linear_batch, make_linear_logits_fn
 
-from advjax.evaluation import AttackSpec, ThreatModel, replay_record, run_attack
+from advjax.data import EvalCases
+from advjax.evaluation import AttackSpec, Model, ThreatModel, replay_record, run_attack
 from advjax.evaluation._keys import key_root
 from advjax.evaluation.engine import key_from_path
 from advjax.records import RecordLog, read_records
@@ -64,9 +65,8 @@ def test_records_of_a_split_key_replay_bit_exactly(tmp_path):
     key = jax.random.split(jax.random.key(1))[1]
     log = RecordLog(tmp_path / "records.jsonl")
     run_attack(
-        log, threat_model=tm, spec=spec, model="m", model_hash="h", logits_fn=logits_fn,
-        x=x, y=y, case_ids=np.arange(len(y)), key=key, show_progress=False,
-        log_line=lambda _: None,
+        log, Model("m", logits_fn, "h"), EvalCases(x, y), spec, threat_model=tm, key=key,
+        show_progress=False, log_line=lambda _: None,
     )  # fmt: skip
     records = read_records(log.path)
     assert {r.key_path[0] for r in records} == {key_root(key)}

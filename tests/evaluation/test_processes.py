@@ -13,9 +13,9 @@ import jax
 import numpy as np
 import pytest
 
-from advjax.data import share_positions
+from advjax.data import EvalCases, share_positions
 from advjax.evaluate import main
-from advjax.evaluation import AttackSpec, ThreatModel, run_attack
+from advjax.evaluation import AttackSpec, Model, ThreatModel, run_attack
 from advjax.records import (
     ProcessRecordLog,
     RecordLog,
@@ -127,9 +127,9 @@ def test_a_campaign_shared_over_processes_merges_to_the_records_of_one_run(tmp_p
 
     def attack(log, share):
         at = share_positions(len(y), share)
-        run_attack(log, threat_model=tm, spec=spec, model="m", model_hash="h",
-                   logits_fn=logits_fn, x=x[at], y=y[at], case_ids=at, key=jax.random.key(4),
-                   show_progress=False, log_line=lambda _: None)  # fmt: skip
+        run_attack(log, Model("m", logits_fn, "h"), EvalCases(x[at], y[at], at), spec,
+                   threat_model=tm, key=jax.random.key(4), show_progress=False,
+                   log_line=lambda _: None)  # fmt: skip
 
     attack(RecordLog(tmp_path / "one.jsonl.gz"), None)
     merged = tmp_path / "two" / "records.jsonl.gz"

@@ -399,7 +399,7 @@ def test_attack_variants_says_it_reused_a_folders_records_of_its_models(
         + [case_record(0, model="other", attack="pgd_margin")]
     )
     monkeypatch.setattr(attack_variants, "load_logits_fn", lambda path: (None, "mh"))
-    monkeypatch.setattr(attack_variants, "run_attack", lambda log, **kwargs: 0)
+    monkeypatch.setattr(attack_variants, "run_attack", lambda log, *args, **kwargs: 0)
     tm = ThreatModel(eps=(8 / 255,), steps=2, restarts=1)
     specs = attack_variants.linf_specs(2, 1, 10)
     study = {"config": {"seed": 0}}
