@@ -119,11 +119,6 @@ class AttackSpec:
         return self.info.stream
 
     @property
-    def run_steps(self) -> int:
-        """The steps one run takes (a score-based attack's: its query budget)."""
-        return self.steps
-
-    @property
     def queries_per_run(self) -> int:
         """Model queries one run spends on a case at most (the registry's count, e.g. APGD
         steps + 1 gradients, FAB 2 steps + 1, Square its budget), times `eot` draws. The

@@ -88,7 +88,7 @@ def _run_program(member, norm, random_model, logits_fn, x, y, eps, keys, target,
     info = ATTACKS[member.method]
     r = info.run(
         craft, x, y, eps, keys=run_keys, restart=0, target=target, norm=norm,
-        steps=member.run_steps,
+        steps=member.steps,
         options={"p_init": member.p_init, "targets": member.targets, "loss": "ce",
                  "step_fraction": 0.25},
     )  # fmt: skip
